@@ -1,0 +1,40 @@
+# perfsuite: `make quick` sets up and runs the default sweep; `make test` sets up and runs the tests.
+# Both create .venv with the CPU build of torch. On a GPU box with torch already installed, use
+# `make gpu-setup` (installs into the current Python, keeps its torch) and run `perfsuite` directly.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup quick test bench lint gpu-setup gpu-check clean
+
+$(STAMP): pyproject.toml requirements/cpu.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements/cpu.txt
+	$(BIN)/python -m pip install --quiet -e '.[triton,dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+quick: setup
+	$(BIN)/perfsuite run scenarios/quick.toml --out reports/quick
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python -m pytest benchmarks -q --benchmark-json reports/bench.json
+	$(BIN)/perfsuite report reports/bench.json --out reports/bench.html
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+gpu-setup:
+	$(PYTHON) -m pip install -e .
+
+gpu-check:
+	bash scripts/gpu_check.sh
+
+clean:
+	rm -rf $(VENV) reports/quick reports/bench.json reports/bench.html

@@ -1,0 +1,153 @@
+"""Backend detection (CUDA, ROCm, CPU), device names and datasheet peak memory bandwidth."""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+# Datasheet HBM bandwidth in GB/s (1e9 bytes/s). Matched against the device name, longest key first.
+NVIDIA_PEAK_GBPS: dict[str, float] = {
+    "GB200": 8000.0,
+    "B200": 8000.0,
+    "B100": 8000.0,
+    "H200": 4800.0,
+    "GH200": 4000.0,
+    "H100 NVL": 3900.0,
+    "H100 PCIe": 2000.0,
+    "H100": 3350.0,  # SXM5 80 GB
+    "H800": 3350.0,
+    "H20": 4000.0,
+    "A100-SXM4-80GB": 2039.0,
+    "A100 80GB PCIe": 1935.0,
+    "A100": 1555.0,  # 40 GB
+    "A800": 2039.0,
+    "L40S": 864.0,
+    "L40": 864.0,
+    "L4": 300.0,
+    "A10G": 600.0,
+    "A10": 600.0,
+    "RTX 4090": 1008.0,
+    "RTX 6000 Ada": 960.0,
+    "V100": 900.0,
+}
+AMD_PEAK_GBPS: dict[str, float] = {
+    "MI355X": 8000.0,
+    "MI350X": 8000.0,
+    "MI325X": 6000.0,
+    "MI300X": 5300.0,
+    "MI300A": 5300.0,
+    "MI250X": 3277.0,
+    "MI250": 3277.0,
+    "MI210": 1638.0,
+    "MI100": 1229.0,
+}
+# Fallback by gfx architecture when the name lacks the model (some ROCm builds say "AMD Radeon Graphics").
+AMD_ARCH_PEAK_GBPS: dict[str, float] = {
+    "gfx950": 8000.0,
+    "gfx942": 5300.0,
+    "gfx90a": 3277.0,
+    "gfx908": 1229.0,
+}
+# Last-level caches that a cold-L2 flush has to evict (MI300 series: 256 MB Infinity Cache).
+AMD_ARCH_LLC_BYTES: dict[str, int] = {"gfx950": 256 << 20, "gfx942": 256 << 20}
+
+GRAPH_UNROLL_CAP = {"cuda": 64, "rocm": 8, "cpu": 1}
+"""Most calls captured into one graph: long unrolled HIP graphs have crashed on ROCm."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a run was measured on."""
+
+    backend: str  # "cuda" | "rocm" | "cpu"
+    device: str  # torch device string, e.g. "cuda:0" or "cpu"
+    name: str
+    runtime: str  # "CUDA 12.8", "HIP 6.4", or "cpu"
+    peak_gbps: float | None  # datasheet HBM bandwidth; None where unknown (CPUs)
+    cache_bytes: int  # last-level cache a cold-cache flush must evict
+    arch: str = ""
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.backend in ("cuda", "rocm")
+
+    @property
+    def graph_unroll_cap(self) -> int:
+        return GRAPH_UNROLL_CAP[self.backend]
+
+
+def backend_of(device: torch.device) -> str:
+    """'cuda', 'rocm' (a CUDA-API device under a HIP build of torch) or 'cpu'."""
+    if device.type == "cuda":
+        return "rocm" if torch.version.hip else "cuda"
+    return "cpu"
+
+
+def lookup_peak_gbps(name: str, arch: str = "") -> float | None:
+    """Datasheet bandwidth for a device name (NVIDIA or AMD), else by AMD gfx arch, else None."""
+    upper = name.upper()
+    for table in (NVIDIA_PEAK_GBPS, AMD_PEAK_GBPS):
+        for key in sorted(table, key=len, reverse=True):
+            if key.upper() in upper:
+                return table[key]
+    base_arch = arch.split(":")[0]
+    return AMD_ARCH_PEAK_GBPS.get(base_arch)
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """'auto' picks the first GPU (CUDA or ROCm) when there is one, else the CPU."""
+    if spec == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    return torch.device(spec)
+
+
+def _cpu_cache_bytes() -> int:
+    """Size of the CPU's last-level cache from sysfs (64 MiB when unknown)."""
+    sizes = []
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size")):
+        text = Path(index).read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KM")) * scale)
+    return max(sizes, default=64 << 20)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+@cache
+def detect(spec: str = "auto") -> DeviceInfo:
+    """Describe the device a run will use. `PERFSUITE_PEAK_GBPS` overrides the datasheet peak."""
+    device = resolve_device(spec)
+    backend = backend_of(device)
+    override = os.environ.get("PERFSUITE_PEAK_GBPS")
+    if backend == "cpu":
+        peak = float(override) if override else None
+        return DeviceInfo("cpu", "cpu", _cpu_name(), "cpu", peak, _cpu_cache_bytes())
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    arch = getattr(props, "gcnArchName", "") if backend == "rocm" else f"sm_{props.major}{props.minor}"
+    runtime = f"HIP {torch.version.hip}" if backend == "rocm" else f"CUDA {torch.version.cuda}"
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    cache_bytes = max(l2, AMD_ARCH_LLC_BYTES.get(arch.split(":")[0], 0), 64 << 20)
+    peak = float(override) if override else lookup_peak_gbps(props.name, arch)
+    return DeviceInfo(backend, f"cuda:{index}", props.name, runtime, peak, cache_bytes, arch)
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)

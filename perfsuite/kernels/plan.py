@@ -1,0 +1,110 @@
+"""Launch plans for the top-k softmax kernels: which kernel, tile sizes, splits and warps, by shape.
+
+Triton-free on purpose, so the heuristic can be read, tested and tuned without a GPU. Every number a GPU run
+should tune is a named constant below; `choose` is the one place that turns a shape into a plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+DEFAULT_SM_COUNT = 132
+"""Streaming multiprocessors (CUs on ROCm) assumed when the device cannot be asked: an H100/H200."""
+
+# Fused single-pass kernel: one program per row streams the row in tiles of FUSED_BLOCK columns.
+FUSED_BLOCK = 4096
+FUSED_NUM_WARPS = 8
+
+# Split kernel, stage 1: program (row, split) scans SPLIT_BLOCK-column tiles of its chunk of the row.
+SPLIT_BLOCK = 1024
+SPLIT_NUM_WARPS = 4
+SPLIT_MIN_CHUNK = 2048
+"""Fewest columns one split program reads: below this the partial buffers and the merge cost more than the
+parallelism buys."""
+SPLIT_MAX_SPLITS = 256
+SPLIT_MAX_CANDIDATES = 4096
+"""Cap on n_splits * k, the candidates stage 2 merges per row in one program (bounds the merge's cost)."""
+SPLIT_WAVES = 1.0
+"""Target B * n_splits ~= SPLIT_WAVES * SM count: one wave of programs covering every SM."""
+SPLIT_MAX_BATCH_FRACTION = 0.25
+"""`triton_auto` splits while B <= this * SM count. Above it the fused kernel's B programs already keep
+enough SMs streaming that a second launch (the merge) and the partial round trip cost more than they save."""
+
+# Split kernel, stage 2: one program per row merges the partials in tiles of MERGE_TILE candidates.
+MERGE_TILE = 1024
+MERGE_PART_TILE = 256
+MERGE_NUM_WARPS = 4
+
+Kernel = Literal["fused", "split"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to launch one selection: the kernel and its tunables."""
+
+    kernel: Kernel
+    block: int  # columns per tile (fused: per loop step; split: per step inside one chunk)
+    num_warps: int
+    n_splits: int = 1  # split only: programs per row
+    chunk: int = 0  # split only: columns per split program (a multiple of `block`)
+
+
+def sm_count(device: torch.device | str | None = None) -> int:
+    """SMs (NVIDIA) or CUs (AMD) of `device`; DEFAULT_SM_COUNT for the CPU or when it cannot be asked."""
+    device = torch.device(device) if device is not None else None
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        return DEFAULT_SM_COUNT
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return int(torch.cuda.get_device_properties(index).multi_processor_count)
+    except (RuntimeError, AssertionError):
+        return DEFAULT_SM_COUNT
+
+
+def fused_plan(block: int = FUSED_BLOCK, num_warps: int = FUSED_NUM_WARPS) -> Plan:
+    return Plan("fused", block, num_warps)
+
+
+def split_plan(
+    batch: int,
+    vocab: int,
+    k: int,
+    sms: int = DEFAULT_SM_COUNT,
+    *,
+    block: int = SPLIT_BLOCK,
+    num_warps: int = SPLIT_NUM_WARPS,
+    min_chunk: int = SPLIT_MIN_CHUNK,
+) -> Plan:
+    """Spread each row over enough programs to fill about SPLIT_WAVES waves of the SMs.
+
+    Chunks are a multiple of `block` and at least `min_chunk` columns; the number of splits is capped by
+    SPLIT_MAX_SPLITS and by SPLIT_MAX_CANDIDATES // k (the merge's work).
+    """
+    target = math.ceil(SPLIT_WAVES * sms / max(batch, 1))
+    target = max(1, min(target, SPLIT_MAX_SPLITS, max(1, SPLIT_MAX_CANDIDATES // k)))
+    chunk = max(min_chunk, math.ceil(vocab / target))
+    chunk = math.ceil(chunk / block) * block
+    return Plan("split", block, num_warps, n_splits=math.ceil(vocab / chunk), chunk=chunk)
+
+
+def choose(batch: int, vocab: int, k: int, sms: int = DEFAULT_SM_COUNT) -> Plan:
+    """The exact kernel expected to be fastest for `[batch, vocab]`, top-`k`, on a device with `sms` SMs.
+
+    The fused kernel runs one program per row, so with B rows it keeps at most B SMs busy; each reads a whole
+    row alone. Split spreads a row over many programs (more SMs pulling bandwidth at once) at the price of a
+    second launch and a small partial round trip. So: split while the batch leaves most SMs idle
+    (B <= SPLIT_MAX_BATCH_FRACTION * SMs) and the row holds at least two chunks of SPLIT_MIN_CHUNK columns;
+    fused otherwise. Without a GPU the crossover is a principled guess: tune the constants above on one.
+    """
+    if batch <= SPLIT_MAX_BATCH_FRACTION * sms and vocab >= 2 * SPLIT_MIN_CHUNK:
+        return split_plan(batch, vocab, k, sms)
+    return fused_plan()
+
+
+def partial_bytes(batch: int, n_splits: int, k: int) -> int:
+    """Bytes of the split partials: fp32 max and sum-exp, k fp32 values and k int64 indices per split."""
+    return batch * n_splits * (4 + 4 + k * (4 + 8))

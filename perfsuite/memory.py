@@ -1,0 +1,119 @@
+"""Memory: bandwidth figures, the measured copy bandwidth, peak temporary memory and what fits."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from functools import cache
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from perfsuite.device import DeviceInfo, synchronize
+
+MEMORY_HEADROOM = 0.85
+"""Share of free memory a case may plan to use; the rest is left to the allocator and the runtime."""
+
+
+def gbps(nbytes: float, seconds: float) -> float:
+    """Bandwidth in GB/s (1e9 bytes per second)."""
+    return nbytes / seconds / 1e9 if seconds > 0 else float("nan")
+
+
+def percent(value: float, of: float | None) -> float:
+    return 100.0 * value / of if of else float("nan")
+
+
+@cache
+def copy_gbps(device: str, nbytes: int = 512 << 20, reps: int = 10) -> float:
+    """Achievable bandwidth: median of device-to-device copies, read + write bytes counted."""
+    src = torch.empty(nbytes, dtype=torch.int8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    if src.device.type == "cuda":
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+    else:
+        import time
+
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return gbps(2 * nbytes, times[len(times) // 2])
+
+
+def available_bytes(device: torch.device) -> int:
+    """Free memory on the device (GPU: the driver's free figure; CPU: MemAvailable)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62  # unknown: do not refuse
+
+
+def fits(nbytes: int, device: torch.device) -> str | None:
+    """None when a case needing `nbytes` fits; else the reason it is skipped."""
+    free = available_bytes(device)
+    if nbytes <= MEMORY_HEADROOM * free:
+        return None
+    return f"needs about {nbytes / 2**30:.2f} GiB of {device.type} memory, {free / 2**30:.2f} GiB free"
+
+
+def _cpu_peak_from_profiler(prof: profile) -> int:
+    """Peak of the running total of CPU allocations (+) and frees (-) the profiler recorded, in order."""
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    running = peak = 0
+    for event in events:
+        if event.device_type() == torch.autograd.DeviceType.CPU:
+            running += event.nbytes()
+            peak = max(peak, running)
+    return peak
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Mute file descriptor 2 (kineto logs every profiler start and stop there, with no switch for it)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_temp_bytes(call, info: DeviceInfo) -> int:
+    """Peak memory one call allocates beyond what exists before it (its outputs included).
+
+    GPU: the caching allocator's peak statistic. CPU: the profiler's allocation events (torch's CPU
+    allocator keeps no statistics), replayed in order to find the high-water mark.
+    """
+    device = torch.device(info.device)
+    if info.is_gpu:
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        call()
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call()
+    return _cpu_peak_from_profiler(prof)

@@ -1,0 +1,168 @@
+"""Parity: every selection checked against a float64 reference and against the full-softmax baseline."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from perfsuite.variants.base import Accuracy
+from perfsuite.variants.ordering import topk_lowest_index
+
+EXACT_RTOL = 2e-5
+"""Relative error an exact variant may show: fp32 rounding of `v - max`, `exp` and a V-term sum."""
+
+VERDICTS = ("pass", "inexact", "fail")
+
+
+def tolerance(accuracy: Accuracy, dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) a variant's `topk_p` may differ from float64 truth, by what it declares.
+
+    exact: fp32 rounding. rounded: one ulp of the input dtype (probabilities stored in it), with the
+    dtype's smallest normal as the absolute floor where its subnormals lose relative precision.
+    inexact variants are held to the exact tolerance; differing beyond it is their declared `inexact`.
+    """
+    if accuracy == "rounded":
+        info = torch.finfo(dtype)
+        return max(EXACT_RTOL, info.eps), info.tiny
+    return EXACT_RTOL, torch.finfo(torch.float32).tiny
+
+
+@dataclass(frozen=True)
+class Reference:
+    """float64 truth for one logits tensor and k: canonical indices, probabilities, finite-row mask."""
+
+    logits: torch.Tensor  # the input, kept to look up logits and probabilities at any index
+    log_normalizer: torch.Tensor  # [B, 1] float64 logsumexp
+    finite: torch.Tensor  # [B] bool: well-defined rows (no NaN, no +inf, some finite value; -inf is a mask)
+    index: torch.Tensor  # [B, k] int64, descending logit, lowest index on ties
+    prob: torch.Tensor  # [B, k] float64
+
+    def prob_at(self, index: torch.Tensor) -> torch.Tensor:
+        """float64 softmax probabilities at `index` `[B, k]`."""
+        return _prob_at(self.logits, self.log_normalizer, index)
+
+    def logit_at(self, index: torch.Tensor) -> torch.Tensor:
+        return self.logits.gather(-1, index)
+
+    def subset(self, rows: torch.Tensor) -> Reference:
+        """The reference restricted to the rows selected by the bool mask `rows`."""
+        return Reference(
+            self.logits[rows], self.log_normalizer[rows], self.finite[rows], self.index[rows], self.prob[rows]
+        )
+
+
+def defined_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Rows whose softmax is defined: no NaN, no +inf, at least one finite logit (-inf masks a token)."""
+    return ~(torch.isnan(logits) | (logits == float("inf"))).any(dim=-1) & torch.isfinite(logits).any(dim=-1)
+
+
+def _prob_at(logits: torch.Tensor, log_normalizer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return torch.exp(logits.gather(-1, index).double() - log_normalizer)
+
+
+def reference(logits: torch.Tensor, k: int) -> Reference:
+    """float64 softmax and the canonical top-k (descending logit, lowest index first)."""
+    _, index = topk_lowest_index(logits, k)
+    log_normalizer = torch.logsumexp(logits.double(), dim=-1, keepdim=True)
+    finite = defined_rows(logits)
+    return Reference(logits, log_normalizer, finite, index, _prob_at(logits, log_normalizer, index))
+
+
+@dataclass(frozen=True)
+class Parity:
+    """How one selection compares with the float64 reference and the baseline, over its finite rows."""
+
+    verdict: str  # pass | inexact | fail (finite rows); "n/a" when there are none
+    idx_exact_ref: float  # share of [row, slot] with the reference's index
+    idx_tie_ref: float  # ... or an index whose logit equals the reference's (a tie)
+    top1_mismatch_ref: float  # share of rows whose first token is not (a tie of) the reference's
+    p_relerr_ref: float  # max relative error of topk_p against float64 at the variant's own indices
+    idx_exact_base: float  # the same against the full_softmax baseline
+    idx_tie_base: float
+    p_relerr_base: float  # max relative difference of topk_p from the baseline's, where indices agree
+    finite_rows: int
+    nonfinite_rows: int
+    problem: str  # what failed, for the report; empty when it passed
+
+    def as_row(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _share(mask: torch.Tensor) -> float:
+    return float(mask.float().mean()) if mask.numel() else float("nan")
+
+
+def _max(values: torch.Tensor) -> float:
+    return float(values.max()) if values.numel() else float("nan")
+
+
+def _relative_error(value: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    return ((value.double() - truth).abs() / truth.abs().clamp_min(1e-300)).nan_to_num(nan=float("inf"))
+
+
+def check(
+    accuracy: Accuracy,
+    topk_p: torch.Tensor,
+    topk_index: torch.Tensor,
+    ref: Reference,
+    baseline: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> Parity:
+    """Compare a selection with the reference (verdict) and with the baseline (agreement figures)."""
+    rows = ref.finite
+    n_finite, n_nonfinite = int(rows.sum()), int((~rows).sum())
+    if topk_index.shape != ref.index.shape or topk_p.shape != ref.index.shape:
+        shapes = f"{tuple(topk_p.shape)} and {tuple(topk_index.shape)}, expected {tuple(ref.index.shape)}"
+        return _failed(f"output shapes {shapes}", n_finite, n_nonfinite)
+    if topk_index.dtype != torch.int64 or topk_p.dtype != torch.float32:
+        return _failed(f"output dtypes {topk_p.dtype}, {topk_index.dtype}", n_finite, n_nonfinite)
+    vocab = ref.logits.shape[-1]
+    if bool(((topk_index < 0) | (topk_index >= vocab)).any()):
+        return _failed(f"index outside [0, {vocab})", n_finite, n_nonfinite)
+    index, p, sub = topk_index[rows], topk_p[rows], ref.subset(rows)
+
+    same = index == sub.index
+    tie = same | (sub.logit_at(index) == sub.logit_at(sub.index))
+    truth_here = sub.prob_at(index)
+    rtol, atol = tolerance(accuracy, ref.logits.dtype)
+    p_ok = (p.double() - truth_here).abs() <= rtol * truth_here + atol
+    # a rounded variant may pick another token where rounding merged the two probabilities
+    rounding_tie = truth_here >= sub.prob * (1 - rtol) - atol
+    idx_ok = tie | rounding_tie if accuracy == "rounded" else tie
+
+    if n_finite == 0:
+        verdict, problem = "n/a", "no finite rows"
+    elif not bool(idx_ok.all()):
+        verdict, problem = "fail", f"{int((~idx_ok).sum())} slots pick a token the reference ranks lower"
+    elif not bool(p_ok.all()):
+        verdict = "inexact" if accuracy == "inexact" else "fail"
+        problem = f"topk_p off by up to {_max(_relative_error(p, truth_here)):.3g} relative"
+    else:
+        verdict, problem = "pass", ""
+
+    exact_base = tie_base = relerr_base = float("nan")
+    if baseline is not None:
+        base_p, base_index = baseline[0][rows], baseline[1][rows]
+        same_base = index == base_index
+        exact_base = _share(same_base)
+        tie_base = _share(same_base | (sub.logit_at(index) == sub.logit_at(base_index)))
+        relerr_base = _max(_relative_error(p[same_base], base_p[same_base].double()))
+
+    return Parity(
+        verdict=verdict,
+        idx_exact_ref=_share(same),
+        idx_tie_ref=_share(tie),
+        top1_mismatch_ref=_share(~tie[:, 0]) if n_finite else float("nan"),
+        p_relerr_ref=_max(_relative_error(p, truth_here)),
+        idx_exact_base=exact_base,
+        idx_tie_base=tie_base,
+        p_relerr_base=relerr_base,
+        finite_rows=n_finite,
+        nonfinite_rows=n_nonfinite,
+        problem=problem,
+    )
+
+
+def _failed(problem: str, n_finite: int, n_nonfinite: int) -> Parity:
+    nan = float("nan")
+    return Parity("fail", nan, nan, nan, nan, nan, nan, nan, n_finite, n_nonfinite, problem)

@@ -1,0 +1,260 @@
+"""Read result files back into the tidy schema (`perfsuite.results.COLUMNS`).
+
+Accepted: the suite's `results.csv`, `results.json` (pandas records, or the columns orient),
+`results.jsonl` (one JSON object per line, as `ResultsLog` appends them), a pytest-benchmark
+`--benchmark-json` file whose entries carry a result row in `extra_info`, or a run directory holding one
+of the suite's files. Every failure is a `ValueError` whose message starts with the file name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from perfsuite.results import COLUMNS, to_frame
+
+NUMERIC_COLUMNS = (
+    "vocab",
+    "batch",
+    "topk",
+    "median_us",
+    "p20_us",
+    "p80_us",
+    "samples",
+    "speedup_vs_full",
+    "bytes_model",
+    "bytes_ideal",
+    "gbps",
+    "gbps_ideal",
+    "peak_gbps",
+    "copy_gbps",
+    "pct_peak",
+    "pct_copy",
+    "peak_temp_bytes",
+    "model_temp_bytes",
+    "idx_exact_ref",
+    "idx_tie_ref",
+    "top1_mismatch_ref",
+    "p_relerr_ref",
+    "idx_exact_base",
+    "idx_tie_base",
+    "p_relerr_base",
+    "finite_rows",
+    "nonfinite_rows",
+)
+"""Schema columns holding numbers; every other schema column is text."""
+TEXT_COLUMNS = tuple(c for c in COLUMNS if c not in NUMERIC_COLUMNS)
+RUN_FILES = ("results.json", "results.csv", "results.jsonl")
+"""What a run directory is searched for, in this order (the JSONL log may be a partial run)."""
+BENCH_COLUMNS = ("bench_name", "bench_group")
+"""Extra columns kept from a pytest-benchmark entry."""
+
+
+def load_results(path: str | Path) -> pd.DataFrame:
+    """One results file (or run directory) as a frame in the schema, numbers numeric and text as text."""
+    path = _resolve(Path(path))
+    text = _read_text(path)
+    kind = _kind(path, text)
+    if kind == "csv":
+        frame = _read_csv(path)
+    elif kind == "jsonl":
+        frame = to_frame(_read_jsonl(path, text))
+    else:
+        frame = _from_json(path, _parse_json(path, text))
+    if "variant" not in frame.columns:
+        found = ", ".join(map(str, list(frame.columns)[:8])) or "none"
+        raise ValueError(f"{path}: not a perfsuite results file (no 'variant' column; columns: {found})")
+    return coerce(frame)
+
+
+def load_many(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Several results files (one per machine or backend) in one frame, with a `source` column (file name)."""
+    frames = []
+    for path in paths:
+        frame = load_results(path)
+        frame["source"] = Path(path).name
+        frames.append(frame)
+    if not frames:
+        raise ValueError("no results files given")
+    frames = [f.dropna(axis=1, how="all") if len(frames) > 1 else f for f in frames]
+    return coerce(pd.concat(frames, ignore_index=True))
+
+
+def coerce(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every schema column present, in schema order; numeric columns as numbers, text columns as text.
+
+    Integer columns without gaps become int64, others float64; text keeps NaN for missing values.
+    """
+    frame = frame.copy()
+    for column in COLUMNS:
+        if column not in frame:
+            frame[column] = float("nan")
+    frame = frame[list(COLUMNS) + [c for c in frame.columns if c not in COLUMNS]]
+    for column in NUMERIC_COLUMNS:
+        values = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+        frame[column] = _maybe_int(values)
+    for column in (*TEXT_COLUMNS, *(c for c in BENCH_COLUMNS if c in frame)):
+        frame[column] = frame[column].map(_text, na_action="ignore").astype(object)
+        frame[column] = frame[column].where(frame[column].notna(), float("nan"))
+    return frame.reset_index(drop=True)
+
+
+def _maybe_int(values: pd.Series) -> pd.Series:
+    whole = bool((values == values.round()).all()) and bool((values.abs() < 2**62).all())
+    if len(values) and values.notna().all() and whole:
+        return values.astype("int64")
+    return values
+
+
+def _text(value: object) -> object:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return float("nan")
+        return str(int(value)) if value.is_integer() else str(value)
+    if isinstance(value, str) and value == "":
+        return float("nan")
+    return str(value)
+
+
+def _resolve(path: Path) -> Path:
+    if path.is_dir():
+        for name in RUN_FILES:
+            if (path / name).is_file():
+                return path / name
+        raise ValueError(f"{path}: directory without {', '.join(RUN_FILES)}")
+    if not path.exists():
+        raise ValueError(f"{path}: no such file")
+    return path
+
+
+def _read_text(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a text file ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read ({err.strerror})") from None
+    if not text.strip():
+        raise ValueError(f"{path}: empty file")
+    return text
+
+
+def _kind(path: Path, text: str) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".jsonl", ".json"):
+        return suffix[1:]
+    if suffix == ".ndjson":
+        return "jsonl"
+    head = text.lstrip()[:1]
+    if head == "[":
+        return "json"
+    if head == "{":  # one document, or one object per line
+        first = text.lstrip().splitlines()[0]
+        try:
+            json.loads(first)
+        except json.JSONDecodeError:
+            return "json"
+        return "jsonl" if len(text.strip().splitlines()) > 1 else "json"
+    return "csv"
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable CSV file ({_first_line(err)})") from None
+
+
+def _read_jsonl(path: Path, text: str) -> list[dict[str, object]]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: line {number} is not JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: line {number} is a JSON {type(row).__name__}, expected an object")
+        rows.append(row)
+    return rows
+
+
+def _parse_json(path: Path, text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+
+
+def _from_json(path: Path, data: object) -> pd.DataFrame:
+    if isinstance(data, list):
+        if not all(isinstance(row, dict) for row in data):
+            raise ValueError(f"{path}: a JSON list whose items are not all objects (expected records)")
+        return to_frame(data)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: JSON {type(data).__name__}, expected records or a pytest-benchmark file")
+    if "benchmarks" in data:
+        return _from_pytest_benchmark(path, data)
+    if data and all(isinstance(v, dict) for v in data.values()) and "variant" in data:
+        return pd.DataFrame(data)  # pandas' default "columns" orient
+    keys = ", ".join(list(map(str, data))[:8]) or "none"
+    raise ValueError(f"{path}: unrecognised JSON object (keys: {keys}); expected records or pytest-benchmark")
+
+
+def _from_pytest_benchmark(path: Path, data: dict[str, object]) -> pd.DataFrame:
+    benchmarks = data["benchmarks"]
+    if not isinstance(benchmarks, list):
+        raise ValueError(f"{path}: 'benchmarks' is not a list")
+    commit = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
+    rows = [_benchmark_row(path, entry, commit, data.get("datetime")) for entry in benchmarks]
+    if not rows:
+        return pd.DataFrame(columns=["variant", *BENCH_COLUMNS])
+    if not any(has_case for _, has_case in rows):
+        raise ValueError(f"{path}: pytest-benchmark entries carry no perfsuite result row in extra_info")
+    return to_frame(row for row, _ in rows)
+
+
+def _benchmark_row(
+    path: Path, entry: object, commit: dict[str, object], when: object
+) -> tuple[dict[str, object], bool]:
+    """The result row of one benchmark entry, and whether it named its case (a perfsuite entry)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path}: a 'benchmarks' entry is a {type(entry).__name__}, expected an object")
+    extra = entry.get("extra_info") or {}
+    stats = entry.get("stats") or {}
+    params = entry.get("params") or {}
+    if not isinstance(extra, dict) or not isinstance(stats, dict):
+        raise ValueError(f"{path}: benchmark {entry.get('name')!r} has malformed extra_info or stats")
+    row = {k: v for k, v in params.items() if k in COLUMNS} if isinstance(params, dict) else {}
+    row.update(extra)
+    has_case = bool(row.get("variant"))
+    row["bench_name"] = entry.get("name")
+    row["bench_group"] = entry.get("group")
+    if not row.get("variant"):
+        row["variant"] = entry.get("name")
+    if not row.get("status"):
+        row["status"] = "ok"
+    if row["status"] == "ok" and _missing(row.get("median_us")) and not _missing(stats.get("median")):
+        row["median_us"] = float(stats["median"]) * 1e6
+        row.setdefault("timing", "pytest-benchmark host timer")
+        if _missing(row.get("samples")) and not _missing(stats.get("rounds")):
+            row["samples"] = stats["rounds"]
+    if _missing(row.get("git_sha")) and commit.get("id"):
+        row["git_sha"] = commit["id"]
+    if _missing(row.get("timestamp")) and when:
+        row["timestamp"] = when
+    return row, has_case
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -1,0 +1,279 @@
+"""Scenario files: load and validate a TOML sweep, and expand it into cases.
+
+A scenario names what to sweep and how to time it:
+
+    name = "quick"
+    [sweep]                      # or several [[sweep]] tables, expanded one after the other
+    variants = ["full_softmax", "identity"]
+    paths = ["eager", "graph"]
+    dtypes = ["bfloat16", "float32"]
+    vocab = [32000, 151936]
+    batch = [1, 64]
+    topk = [1, 8]
+    logits = ["gaussian", "peaked", "near_ties"]
+    [timing]
+    warmup = 10
+    reps = 100
+    [inputs]
+    seed = 0
+
+Every problem is reported as one `ScenarioError` naming the file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfsuite import inputs, variants
+from perfsuite.paths import PATHS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be run; the message is meant for the user as is."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How each case is timed."""
+
+    warmup: int = 10  # untimed calls first (compilation, caches, clocks)
+    reps: int = 100  # timed samples per case, at most
+    max_seconds: float = 2.0  # stop sampling a case after this long (keeps huge cases bounded)
+    l2: str = "cold"  # cold: flush the cache before each sample (bandwidth roofline); hot: no flush
+    graph_unroll: int = 20  # calls captured in one graph for replay timing (capped on ROCm)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """How logits are generated."""
+
+    seed: int = 0
+    row_pad: int = 0  # >0: logits are a row-strided view of a wider buffer with poisoned padding
+    scale: float = inputs.DEFAULT_SCALE
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One cross product of case parameters."""
+
+    variants: tuple[str, ...] = ("full_softmax", "argmax_ones", "identity")
+    paths: tuple[str, ...] = ("eager",)
+    dtypes: tuple[str, ...] = ("bfloat16", "float32")
+    vocab: tuple[int, ...] = (32000, 128256)
+    batch: tuple[int, ...] = (1, 16)
+    topk: tuple[int, ...] = (1, 8)
+    logits: tuple[str, ...] = ("gaussian", "peaked", "near_ties")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: a variant on a path, for one input shape, dtype, k and distribution."""
+
+    scenario: str
+    variant: str
+    path: str
+    dtype: str
+    vocab: int
+    batch: int
+    topk: int
+    logits: str
+    timing: Timing = field(default_factory=Timing)
+    inputs: Inputs = field(default_factory=Inputs)
+
+    @property
+    def case_id(self) -> str:
+        return (
+            f"{self.variant}/{self.path}/{self.dtype}/V{self.vocab}/B{self.batch}/k{self.topk}/{self.logits}"
+        )
+
+    @property
+    def input_key(self) -> tuple[str, int, int, str]:
+        """Cases with the same key share one logits tensor."""
+        return (self.dtype, self.vocab, self.batch, self.logits)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    source: str
+    description: str = ""
+    device: str = "auto"
+    sweeps: tuple[Sweep, ...] = (Sweep(),)
+    timing: Timing = field(default_factory=Timing)
+    inputs: Inputs = field(default_factory=Inputs)
+    extra: dict[str, Any] = field(default_factory=dict)  # tables other modules validate ([draft])
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _fail(source: str, key: str, message: str) -> ScenarioError:
+    return ScenarioError(f"{source}: {key}: {message}")
+
+
+def _unknown_keys(source: str, table: str, given: dict[str, Any], allowed: list[str]) -> None:
+    for key in given:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            where = f"[{table}].{key}" if table else key
+            raise _fail(source, where, f"unknown key{hint}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _ints(minimum: int) -> Callable[[str, str, Any], tuple[int, ...]]:
+    def check(source: str, key: str, value: Any) -> tuple[int, ...]:
+        items = _as_list(value)
+        bad = [v for v in items if isinstance(v, bool) or not isinstance(v, int) or v < minimum]
+        if not items or bad:
+            raise _fail(source, key, f"expected a non-empty list of integers >= {minimum}, got {value!r}")
+        return tuple(dict.fromkeys(items))
+
+    return check
+
+
+def _names(allowed: Callable[[], list[str]], what: str, normalize=lambda s: s):
+    def check(source: str, key: str, value: Any) -> tuple[str, ...]:
+        items = _as_list(value)
+        if not items or not all(isinstance(v, str) for v in items):
+            raise _fail(source, key, f"expected a non-empty list of {what} names, got {value!r}")
+        known = allowed()
+        out = []
+        for item in items:
+            name = normalize(item)
+            if name not in known:
+                close = difflib.get_close_matches(item, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise _fail(source, key, f"unknown {what} {item!r}{hint}; allowed: {', '.join(known)}")
+            out.append(name)
+        return tuple(dict.fromkeys(out))
+
+    return check
+
+
+SWEEP_CHECKS = {
+    "variants": _names(variants.names, "variant"),
+    "paths": _names(lambda: list(PATHS), "path"),
+    "dtypes": _names(lambda: list(inputs.DTYPES), "dtype", lambda s: inputs.DTYPE_ALIASES.get(s, s)),
+    "vocab": _ints(1),
+    "batch": _ints(0),
+    "topk": _ints(1),
+    "logits": _names(lambda: list(inputs.KINDS), "logits kind"),
+}
+
+
+def _scalar(kind: type, check: Callable[[Any], bool], rule: str):
+    def validate(source: str, key: str, value: Any) -> Any:
+        number_ok = kind is float and isinstance(value, int) and not isinstance(value, bool)
+        if not (isinstance(value, kind) or number_ok) or isinstance(value, bool) or not check(value):
+            raise _fail(source, key, f"expected {rule}, got {value!r}")
+        return kind(value)
+
+    return validate
+
+
+TIMING_CHECKS = {
+    "warmup": _scalar(int, lambda v: v >= 0, "an integer >= 0"),
+    "reps": _scalar(int, lambda v: v >= 1, "an integer >= 1"),
+    "max_seconds": _scalar(float, lambda v: v > 0, "a number of seconds > 0"),
+    "l2": _scalar(str, lambda v: v in ("cold", "hot"), "'cold' or 'hot'"),
+    "graph_unroll": _scalar(int, lambda v: 1 <= v <= 1000, "an integer from 1 to 1000"),
+}
+INPUT_CHECKS = {
+    "seed": _scalar(int, lambda v: v >= 0, "an integer >= 0"),
+    "row_pad": _scalar(int, lambda v: v >= 0, "an integer >= 0"),
+    "scale": _scalar(float, lambda v: v > 0, "a number > 0"),
+}
+TOP_LEVEL = ("name", "description", "device", "sweep", "timing", "inputs")
+EXTRA_TABLES = ("draft",)
+
+
+def _table(source: str, name: str, raw: Any, checks: dict[str, Callable], cls: type) -> Any:
+    if not isinstance(raw, dict):
+        raise _fail(source, f"[{name}]", f"expected a table, got {raw!r}")
+    _unknown_keys(source, name, raw, list(checks))
+    values = {key: checks[key](source, f"[{name}].{key}", value) for key, value in raw.items()}
+    return cls(**values)
+
+
+def parse(data: dict[str, Any], source: str) -> Scenario:
+    """Validate a parsed TOML document."""
+    _unknown_keys(source, "", data, [*TOP_LEVEL, *EXTRA_TABLES])
+    for key in ("name", "description", "device"):
+        if key in data and not isinstance(data[key], str):
+            raise _fail(source, key, f"expected a string, got {data[key]!r}")
+    device = data.get("device", "auto")
+    if device != "auto" and device.split(":")[0] not in ("cpu", "cuda"):
+        raise _fail(source, "device", f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    raw_sweeps = data.get("sweep", {})
+    sweeps = tuple(
+        _table(
+            source, "sweep" if isinstance(raw_sweeps, dict) else f"sweep#{i + 1}", raw, SWEEP_CHECKS, Sweep
+        )
+        for i, raw in enumerate(raw_sweeps if isinstance(raw_sweeps, list) else [raw_sweeps])
+    )
+    return Scenario(
+        name=data.get("name", Path(source).stem),
+        source=source,
+        description=data.get("description", ""),
+        device=device,
+        sweeps=sweeps,
+        timing=_table(source, "timing", data.get("timing", {}), TIMING_CHECKS, Timing),
+        inputs=_table(source, "inputs", data.get("inputs", {}), INPUT_CHECKS, Inputs),
+        extra={key: data[key] for key in EXTRA_TABLES if key in data},
+    )
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; `ScenarioError` with a one-line message on any problem."""
+    source = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ScenarioError(f"{source}: no such scenario file") from None
+    except IsADirectoryError:
+        raise ScenarioError(f"{source}: is a directory, not a scenario file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{source}: invalid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{source}: cannot read: {exc}") from None
+    return parse(data, source)
+
+
+def expand(scenario: Scenario) -> list[Case]:
+    """All cases, ordered so that cases sharing one logits tensor (and one k) run back to back."""
+    cases: dict[str, Case] = {}
+    for sweep in scenario.sweeps:
+        grid = itertools.product(
+            sweep.dtypes, sweep.vocab, sweep.batch, sweep.logits, sweep.topk, sweep.variants, sweep.paths
+        )
+        for dtype, vocab, batch, logits, topk, variant, path in grid:
+            case = Case(
+                scenario.name,
+                variant,
+                path,
+                dtype,
+                vocab,
+                batch,
+                topk,
+                logits,
+                scenario.timing,
+                scenario.inputs,
+            )
+            cases.setdefault(case.case_id, case)
+    return sorted(cases.values(), key=lambda c: (*c.input_key, c.topk))

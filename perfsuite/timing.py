@@ -1,0 +1,189 @@
+"""Timing: one sampler per execution kind, shared by the CLI sweep and the pytest-benchmark front end.
+
+- CPU: `time.perf_counter` around the call.
+- GPU eager: device events around the call. Before each sample the cache is flushed (cold) or the GPU
+  is kept busy with a short spin (hot), so the call's launches queue up behind it and the figure is the
+  device time from its first kernel to its last, as in an engine whose CPU runs ahead.
+- GPU graph: `unroll` copies of the call captured into one graph (each copy after a flush when cold);
+  a replay's time, minus a flush-only graph's replay, divided by `unroll` (tritonbench's method).
+Figures are medians with p20/p80 over many samples, after warm-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+from perfsuite.device import DeviceInfo
+from perfsuite.paths import Call, GraphCall, PreparedCall
+from perfsuite.scenario import Timing
+
+SPIN_CYCLES = 1_000_000  # about 0.5 ms of GPU spin before a hot sample: the CPU queues the call meanwhile
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Per-call times of one case, in seconds, and how they were taken."""
+
+    seconds: tuple[float, ...]
+    method: str
+
+    def quantile_us(self, q: float) -> float:
+        ordered = sorted(self.seconds)
+        if len(ordered) == 1:
+            return ordered[0] * 1e6
+        return statistics.quantiles(ordered, n=100, method="inclusive")[round(q * 100) - 1] * 1e6
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.seconds) * 1e6
+
+    @property
+    def p20_us(self) -> float:
+        return self.quantile_us(0.20)
+
+    @property
+    def p80_us(self) -> float:
+        return self.quantile_us(0.80)
+
+
+@cache
+def _flush_buffer(device: str, nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.int8, device=device)
+
+
+def flush_bytes(info: DeviceInfo) -> int:
+    """Bytes written to evict the last-level cache: twice its size, at least 256 MiB on GPUs."""
+    return max(2 * info.cache_bytes, (256 << 20) if info.is_gpu else 0)
+
+
+def cache_flusher(info: DeviceInfo) -> Callable[[], None]:
+    """A call that evicts the device's cache by overwriting a buffer larger than it."""
+    buffer = _flush_buffer(info.device, flush_bytes(info))
+    return buffer.zero_
+
+
+class Sampler:
+    """Times one call per `sample()`; `method` names how."""
+
+    method = "host perf_counter"
+
+    def __init__(self, call: Call, flush: Callable[[], None] | None):
+        self.call, self.flush = call, flush
+
+    def sample(self) -> float:
+        if self.flush:
+            self.flush()
+        start = time.perf_counter()
+        self.call()
+        return time.perf_counter() - start
+
+
+class EventSampler(Sampler):
+    """GPU eager: device events around the call, launches queued behind a flush or a spin."""
+
+    method = "device events"
+
+    def __init__(self, call: Call, flush: Callable[[], None] | None):
+        super().__init__(call, flush)
+        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def sample(self) -> float:
+        if self.flush:
+            self.flush()
+        else:
+            torch.cuda._sleep(SPIN_CYCLES)
+        self.start.record()
+        self.call()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e-3
+
+
+class GraphSampler(Sampler):
+    """GPU graph: replay `unroll` captured copies of the call (after a flush each, when cold)."""
+
+    def __init__(self, body: Call, flush: Callable[[], None] | None, device: torch.device, unroll: int):
+        def step():
+            if flush:
+                flush()
+            return body()
+
+        self.graph = GraphCall(step, device, unroll)
+        self.flush_graph = GraphCall(lambda: flush() or (), device, unroll) if flush else None
+        self.unroll = unroll
+        self.method = f"graph replay x{unroll}"
+        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def _replay_seconds(self, graph: GraphCall) -> float:
+        torch.cuda._sleep(SPIN_CYCLES)
+        self.start.record()
+        graph.graph.replay()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e-3
+
+    def sample(self) -> float:
+        total = self._replay_seconds(self.graph)
+        flush_only = self._replay_seconds(self.flush_graph) if self.flush_graph else 0.0
+        return max(total - flush_only, 0.0) / self.unroll
+
+
+def sampler_for(prepared: PreparedCall, info: DeviceInfo, timing: Timing) -> Sampler:
+    """The sampler that times `prepared` on this device with these settings."""
+    flush = cache_flusher(info) if timing.l2 == "cold" else None
+    if not info.is_gpu:
+        return Sampler(prepared.run, flush)
+    if prepared.graphed:
+        unroll = min(timing.graph_unroll, info.graph_unroll_cap)
+        return GraphSampler(prepared.body, flush, torch.device(info.device), unroll)
+    return EventSampler(prepared.run, flush)
+
+
+def measure(sampler: Sampler, timing: Timing) -> Samples:
+    """Warm up, then sample until `reps` samples or `max_seconds` have passed (at least 3 samples)."""
+    for _ in range(timing.warmup):
+        sampler.sample()
+    seconds: list[float] = []
+    deadline = time.perf_counter() + timing.max_seconds
+    while len(seconds) < timing.reps and (len(seconds) < 3 or time.perf_counter() < deadline):
+        seconds.append(sampler.sample())
+    return Samples(tuple(seconds), sampler.method)
+
+
+class SampleClock:
+    """A pytest-benchmark timer that advances by one sampler's measured time per call of `advance`.
+
+    pytest-benchmark reads a host clock around its target; with `@pytest.mark.benchmark(timer=CLOCK)`
+    and `benchmark.pedantic(CLOCK.advance, ...)` the durations it records are the sampler's (device
+    events or graph replay on a GPU), so its statistics and `--benchmark-compare-fail` use device time.
+    """
+
+    __name__ = "perfsuite.timing.SampleClock"
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sampler: Sampler | None = None
+        self.seconds: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def use(self, sampler: Sampler) -> None:
+        self.sampler, self.seconds = sampler, []
+
+    def advance(self) -> None:
+        assert self.sampler is not None, "SampleClock.use(sampler) first"
+        elapsed = self.sampler.sample()
+        self.seconds.append(elapsed)
+        self.now += elapsed
+
+    def samples(self, skip: int = 0) -> Samples:
+        """The recorded samples after the first `skip` (pytest-benchmark's warm-up rounds)."""
+        assert self.sampler is not None
+        return Samples(tuple(self.seconds[skip:]), self.sampler.method)

@@ -1,0 +1,101 @@
+"""The variant contract: a named top-k selector, its accuracy claim and its model of HBM traffic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+Selector = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+Accuracy = Literal["exact", "rounded", "inexact"]
+"""exact: `topk_p` equals softmax(logits.double()) at its indices within fp32 rounding, logits order.
+rounded: probabilities rounded to the input dtype before selection (the engines' baseline).
+inexact: the indices follow the logits order but `topk_p` is not a probability (argmax_ones)."""
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+OUTPUT_BYTES_PER_SLOT = 4 + 8  # float32 topk_p + int64 topk_index
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes a call must move through device memory, and the largest temporary it materializes."""
+
+    read: int
+    write: int
+    temp: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.read + self.write
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.read + other.read, self.write + other.write, max(self.temp, other.temp))
+
+
+def elementwise(n: int, read_bytes: int, write_bytes: int, *, temp: bool = False) -> Traffic:
+    """One pass over `n` elements reading and writing the given bytes per element."""
+    return Traffic(n * read_bytes, n * write_bytes, n * write_bytes if temp else 0)
+
+
+def ideal_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
+    """The unavoidable traffic of any selector: read the logits once, write `[B, k]` outputs."""
+    return Traffic(batch * vocab * dtype.itemsize, batch * k * OUTPUT_BYTES_PER_SLOT)
+
+
+TrafficModel = Callable[[int, int, int, torch.dtype], Traffic]
+Availability = Callable[[torch.device], "str | None"]
+
+
+def always_available(device: torch.device) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A top-k selector over logits `[B, V]` returning `(topk_p float32 [B, k], topk_index int64 [B, k])`."""
+
+    name: str
+    select: Selector
+    accuracy: Accuracy
+    traffic: TrafficModel
+    summary: str
+    lowest_index_ties: bool = True
+    available: Availability = field(default=always_available)
+
+    @property
+    def exact(self) -> bool:
+        return self.accuracy == "exact"
+
+    def __call__(self, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return bind(self.select, logits, k)()
+
+
+def check_inputs(logits: torch.Tensor, k: int) -> None:
+    """Raise ValueError for inputs outside the contract (shape, dtype, k)."""
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
+    if logits.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"logits dtype {logits.dtype} is not one of float32, float16, bfloat16")
+    if logits.stride(-1) != 1:
+        raise ValueError("logits rows must be contiguous (a row-strided view is fine)")
+    if not 1 <= k <= logits.shape[1]:
+        raise ValueError(f"topk must be in [1, vocab={logits.shape[1]}], got {k}")
+
+
+def bind(select: Selector, logits: torch.Tensor, k: int) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+    """A zero-argument call of `select` on checked inputs; an empty batch never reaches the selector."""
+    check_inputs(logits, k)
+    if logits.shape[0] == 0:
+        return lambda: empty_outputs(logits, k)
+    return lambda: select(logits, k)
+
+
+def empty_outputs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outputs for a batch of zero rows."""
+    device = logits.device
+    return (
+        torch.empty((0, k), dtype=torch.float32, device=device),
+        torch.empty((0, k), dtype=torch.int64, device=device),
+    )

@@ -1,0 +1,49 @@
+"""`triton_split`: exact top-k softmax with each row split over many Triton programs, then merged."""
+
+from __future__ import annotations
+
+import torch
+
+from perfsuite.kernels import availability
+from perfsuite.kernels import plan as plans
+from perfsuite.variants.base import Traffic, Variant, ideal_traffic
+
+
+def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 1, grid `(B, n_splits)`: each program scans a chunk of a row (plans.split_plan: about one wave
+    of programs over the SMs) into a partial: chunk max, sum of exp rescaled to it, chunk top-k values and
+    global indices, in `[B, n_splits, ...]` buffers. Stage 2, grid `(B,)`: one program per row rescales
+    the sums to the global max and merges the partial top-k into the exact `topk_p` and `topk_index`.
+
+    Same results as `triton_fused` bit for bit in the indices whatever the split count: order is descending
+    logit, lowest index first, decided on integer keys. Non-finite rows: NaN ranks above +inf (the first NaN
+    wins), then +inf, finite values, -inf; indices always lie in `[0, V)` (an all -inf row gives 0..k-1).
+    `topk_p` is NaN for the whole row when it holds a NaN or +inf (as torch's softmax) or is all -inf.
+    """
+    from perfsuite.kernels import topk_softmax
+
+    plan = plans.split_plan(*logits.shape, k, plans.sm_count(logits.device))
+    return topk_softmax.run_plan(logits, k, plan)
+
+
+def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
+    """The ideal read of the logits and `[B, k]` outputs, plus the partials written by stage 1 and read by
+    stage 2 (split count from the plan for the current device, 132 SMs without one)."""
+    n_splits = plans.split_plan(batch, vocab, k, plans.sm_count(_device())).n_splits
+    partials = plans.partial_bytes(batch, n_splits, k)
+    return ideal_traffic(batch, vocab, k, dtype) + Traffic(partials, partials)
+
+
+def _device() -> torch.device | None:
+    return torch.device("cuda") if torch.cuda.is_available() else None
+
+
+VARIANT = Variant(
+    name="triton_split",
+    select=select,
+    accuracy="exact",
+    traffic=traffic,
+    summary="Triton, rows split over (B, n_splits) programs into partial max/sum/top-k, then a merge kernel",
+    lowest_index_ties=True,
+    available=availability,
+)

@@ -1,0 +1,71 @@
+"""Backend detection and the table of device peaks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perfsuite import device
+
+
+@pytest.mark.parametrize(
+    ("name", "arch", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", "sm_90", 3350.0),
+        ("NVIDIA H100 PCIe", "sm_90", 2000.0),
+        ("NVIDIA H200", "sm_90", 4800.0),
+        ("NVIDIA B200", "sm_100", 8000.0),
+        ("NVIDIA GB200", "sm_100", 8000.0),
+        ("NVIDIA A100-SXM4-80GB", "sm_80", 2039.0),
+        ("AMD Instinct MI300X", "gfx942:sramecc+:xnack-", 5300.0),
+        ("AMD Instinct MI325X", "gfx942", 6000.0),
+        ("AMD Instinct MI355X", "gfx950", 8000.0),
+        ("AMD Radeon Graphics", "gfx942:sramecc+:xnack-", 5300.0),  # name missing: by architecture
+        ("Some New GPU", "sm_120", None),
+    ],
+)
+def test_peak_lookup(name, arch, peak):
+    assert device.lookup_peak_gbps(name, arch) == peak
+
+
+def test_backend_of_tells_rocm_from_cuda(monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    assert device.backend_of(torch.device("cuda:0")) == "rocm"
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    assert device.backend_of(torch.device("cuda:0")) == "cuda"
+    assert device.backend_of(torch.device("cpu")) == "cpu"
+
+
+def test_detect_a_rocm_gpu_through_the_cuda_api(monkeypatch):
+    class Props:
+        name = "AMD Instinct MI300X"
+        gcnArchName = "gfx942:sramecc+:xnack-"
+        L2_cache_size = 4 << 20
+        major, minor = 9, 4
+
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    device.detect.cache_clear()
+    try:
+        info = device.detect("cuda:0")
+    finally:
+        device.detect.cache_clear()
+    assert (info.backend, info.name, info.peak_gbps, info.arch) == (
+        "rocm",
+        Props.name,
+        5300.0,
+        Props.gcnArchName,
+    )
+    assert info.runtime == "HIP 6.4.0" and info.cache_bytes == 256 << 20  # Infinity Cache, not the 4 MB L2
+    assert info.graph_unroll_cap == device.GRAPH_UNROLL_CAP["rocm"] < device.GRAPH_UNROLL_CAP["cuda"]
+
+
+def test_detect_cpu(monkeypatch):
+    monkeypatch.setenv("PERFSUITE_PEAK_GBPS", "123")
+    device.detect.cache_clear()
+    try:
+        info = device.detect("cpu")
+    finally:
+        device.detect.cache_clear()
+    assert info.backend == "cpu" and not info.is_gpu and info.peak_gbps == 123.0 and info.cache_bytes > 0

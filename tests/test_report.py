@@ -1,0 +1,328 @@
+"""The report: loading result files back into the schema, and the HTML report built from synthetic rows."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import pandas as pd
+import plotly.offline
+import pytest
+
+from perfsuite.report import build_report, coerce, load_many, load_results
+from perfsuite.results import COLUMNS, ResultsLog, to_frame, write_tables
+
+VARIANTS = {
+    "full_softmax": ("rounded", 1.0),
+    "argmax_ones": ("inexact", 0.4),
+    "identity": ("exact", 0.7),
+    "triton_fused": ("exact", 0.3),
+    "triton_split": ("exact", 0.5),
+}
+DEVICES = {"NVIDIA H200": ("cuda", 4800.0, 4300.0), "cpu-x86_64": ("cpu", math.nan, math.nan)}
+
+
+def synthetic_rows(
+    vocabs=(32000, 151936), batches=(1, 64), dtypes=("float32", "bfloat16"), logits=("gaussian", "ties")
+) -> list[dict[str, object]]:
+    """Rows in the schema: 5 variants x 2 devices x 2 paths x shapes, with skipped and errored cases."""
+    rng = random.Random(0)
+    rows = []
+    grid = itertools.product(DEVICES, VARIANTS, ("eager", "graph"), dtypes, vocabs, batches, logits)
+    for device, variant, path, dtype, vocab, batch, kind in grid:
+        backend, peak, copy = DEVICES[device]
+        accuracy, factor = VARIANTS[variant]
+        row: dict[str, object] = {
+            "scenario": "smoke",
+            "case_id": f"{variant}/{path}/{dtype}/{vocab}/{batch}/1/{kind}",
+            "variant": variant,
+            "accuracy": accuracy,
+            "path": path,
+            "backend": backend,
+            "device": device,
+            "dtype": dtype,
+            "vocab": vocab,
+            "batch": batch,
+            "topk": 1,
+            "logits": kind,
+            "l2": "cold",
+            "torch": "2.13.0",
+            "triton": "3.4.0" if backend == "cuda" else None,
+            "git_sha": "abc1234",
+            "timestamp": "2025-01-01T00:00:00+00:00",
+        }
+        if backend == "cpu" and (path == "graph" or variant.startswith("triton")):
+            reason = "graphs need a GPU" if path == "graph" else "triton needs a GPU"
+            rows.append({**row, "status": "skipped", "reason": reason})
+            continue
+        if variant == "triton_split" and vocab == 151936 and batch == 64:
+            rows.append({**row, "status": "error", "reason": "RuntimeError: out of resources: shared memory"})
+            continue
+        elements = vocab * batch
+        median = (5 + elements * 2e-4 * (2 if dtype == "float32" else 1)) * factor * (1 + 0.05 * rng.random())
+        gbps = elements * 2 / median / 1e3
+        rows.append(
+            {
+                **row,
+                "status": "ok",
+                "reason": "",
+                "median_us": median,
+                "p20_us": median * 0.95,
+                "p80_us": median * 1.1,
+                "samples": 100,
+                "timing": "device events" if backend == "cuda" else "host perf_counter",
+                "bytes_model": elements * 2,
+                "bytes_ideal": elements * 2,
+                "gbps": gbps,
+                "gbps_ideal": gbps,
+                "peak_gbps": peak,
+                "copy_gbps": copy,
+                "pct_peak": 100 * gbps / peak,
+                "pct_copy": 100 * gbps / copy,
+                "peak_temp_bytes": elements * 4 if variant in ("full_softmax", "identity") else 0,
+                "model_temp_bytes": elements
+                * (2 if variant == "full_softmax" else 4 if variant == "identity" else 0),
+                "verdict": {"rounded": "pass", "inexact": "inexact", "exact": "pass"}[accuracy],
+                "problem": "topk_p off by up to 4.2 relative" if variant == "argmax_ones" else "",
+                "idx_exact_ref": 0.99 if dtype == "bfloat16" and variant == "full_softmax" else 1.0,
+                "idx_tie_ref": 0.995 if dtype == "bfloat16" and variant == "full_softmax" else 1.0,
+                "top1_mismatch_ref": 0.005 * (kind == "ties") if variant == "full_softmax" else 0.0,
+                "p_relerr_ref": 4.2 if variant == "argmax_ones" else 1e-7,
+                "idx_exact_base": 1.0,
+                "idx_tie_base": 1.0,
+                "p_relerr_base": 0.0,
+                "finite_rows": batch,
+                "nonfinite_rows": 0,
+            }
+        )
+    return rows
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return to_frame(synthetic_rows())
+
+
+@pytest.fixture(scope="module")
+def edge_cases() -> pd.DataFrame:
+    rows = []
+    for pattern, variant in itertools.product(("all_nan", "all_neg_inf", "ties"), VARIANTS):
+        differs = pattern == "all_nan" and variant == "argmax_ones"
+        rows.append(
+            {
+                "pattern": pattern,
+                "description": f"rows of {pattern}",
+                "dtype": "bfloat16",
+                "topk": 1,
+                "variant": variant,
+                "index": "[0]" if not differs else "[7]",
+                "topk_p": "[nan]" if not differs else "[1.0]",
+                "index_valid": not (pattern == "all_neg_inf" and variant == "triton_split"),
+                "same_as_baseline": not differs,
+                "error": "ValueError: <boom>" if (pattern == "ties" and variant == "triton_fused") else "",
+            }
+        )
+    for pattern in ("all_nan", "all_neg_inf", "ties"):  # a variant that cannot run here: one note, no column
+        rows.append(
+            {"pattern": pattern, "variant": "triton_auto", "index": "", "topk_p": "", "error": "no GPU"}
+        )
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------- load
+
+
+def test_csv_json_jsonl_round_trip(frame: pd.DataFrame, tmp_path: Path) -> None:
+    csv_path, json_path = write_tables(frame, tmp_path)
+    log = ResultsLog(tmp_path / "results.jsonl")
+    for row in frame.to_dict("records"):
+        log.append(row)
+    expected = coerce(frame)
+    for path in (csv_path, json_path, log.path):
+        loaded = load_results(path)
+        assert list(loaded.columns[: len(COLUMNS)]) == list(COLUMNS)
+        pd.testing.assert_frame_equal(loaded, expected, check_dtype=True, obj=path.name)
+    assert loaded["vocab"].dtype == "int64" and loaded["median_us"].dtype == "float64"
+    assert load_results(tmp_path).shape == expected.shape  # a run directory
+
+
+def test_text_columns_stay_text(tmp_path: Path) -> None:
+    rows = [{"variant": "identity", "status": "ok", "triton": "3.10", "git_sha": "1234567", "vocab": 127}]
+    write_tables(to_frame(rows), tmp_path)
+    loaded = load_results(tmp_path / "results.csv")
+    assert loaded.loc[0, "triton"] == "3.10" and loaded.loc[0, "git_sha"] == "1234567"
+    assert loaded.loc[0, "vocab"] == 127 and math.isnan(loaded.loc[0, "median_us"])
+
+
+def _benchmark_entry(name: str, extra: dict[str, object], median_s: float) -> dict[str, object]:
+    stats = {"min": median_s * 0.9, "max": median_s * 2, "median": median_s, "q1": median_s * 0.95}
+    stats |= {"q3": median_s * 1.05, "rounds": 50, "mean": median_s, "stddev": 0.0}
+    return {"group": "draft-topk", "name": name, "fullname": f"benchmarks/x.py::{name}", "params": None,
+            "extra_info": extra, "stats": stats}  # fmt: skip
+
+
+def test_pytest_benchmark_json(frame: pd.DataFrame, tmp_path: Path) -> None:
+    ok = frame[frame["status"] == "ok"].head(3).to_dict("records")
+    with_median = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in ok[0].items()}
+    without_median = {k: v for k, v in ok[1].items() if k != "median_us"}
+    without_median["timing"] = None
+    data = {
+        "machine_info": {"node": "box"},
+        "commit_info": {"id": "deadbeef"},
+        "benchmarks": [
+            _benchmark_entry("test_select[a]", with_median, 1e-3),
+            _benchmark_entry("test_select[b]", without_median, 2.5e-6),
+        ],
+        "datetime": "2025-01-02T03:04:05",
+        "version": "5.1.0",
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    loaded = load_results(path)
+    assert len(loaded) == 2
+    assert loaded.loc[0, "median_us"] == pytest.approx(ok[0]["median_us"])  # extra_info wins
+    assert loaded.loc[1, "median_us"] == pytest.approx(2.5)  # stats.median, seconds -> us
+    assert list(loaded["bench_name"]) == ["test_select[a]", "test_select[b]"]
+    assert set(loaded["bench_group"]) == {"draft-topk"}
+    assert loaded.loc[0, "variant"] == ok[0]["variant"] and loaded.loc[1, "vocab"] == ok[1]["vocab"]
+
+
+def test_load_many_concatenates(frame: pd.DataFrame, tmp_path: Path) -> None:
+    paths = []
+    for device, part in frame.groupby("device"):
+        out = tmp_path / device.replace(" ", "_")
+        paths.append(write_tables(part, out)[0 if len(paths) == 0 else 1])
+    both = load_many(paths)
+    assert len(both) == len(frame)
+    assert set(both["device"]) == set(frame["device"])
+    assert set(both["source"]) == {"results.csv", "results.json"}
+    with pytest.raises(ValueError, match="no results files"):
+        load_many([])
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("missing.csv", None, "no such file"),
+        ("empty.csv", "", "empty file"),
+        ("broken.json", '{"benchmarks": [', "not valid JSON"),
+        ("other.json", '{"hello": 1}', "unrecognised JSON"),
+        ("list.json", "[1, 2]", "not all objects"),
+        ("lines.jsonl", '{"variant": "identity"}\nnot json\n', "line 2"),
+        ("other.csv", "a,b\n1,2\n", "not a perfsuite results file"),
+        ("plain_bench.json", json.dumps({"benchmarks": [_benchmark_entry("t", {}, 1e-6)]}), "no perfsuite"),
+    ],
+)
+def test_bad_files_raise_value_error(tmp_path: Path, name: str, content: str | None, message: str) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=message) as info:
+        load_results(path)
+    assert name in str(info.value)
+
+
+def test_binary_file_raises_value_error(tmp_path: Path) -> None:
+    path = tmp_path / "results.csv"
+    path.write_bytes(b"\xff\xfe\x00\x81garbage")
+    with pytest.raises(ValueError, match=r"results\.csv"):
+        load_results(path)
+
+
+# ---------------------------------------------------------------------------------------------- html
+
+
+@pytest.fixture(scope="module")
+def report_html(frame: pd.DataFrame, edge_cases: pd.DataFrame, tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    path = build_report(frame, out, edge_cases=edge_cases, environment={"runtime": "CUDA 12.8"})
+    assert path == out and path.is_file()
+    return path.read_text(encoding="utf-8")
+
+
+def test_report_is_self_contained_with_plotly_once(report_html: str) -> None:
+    plotly_js = plotly.offline.get_plotlyjs()
+    assert report_html.count(plotly_js[:200]) == 1
+    rest = report_html.replace(plotly_js, "")
+    assert "<script src=" not in rest and "cdn.plot.ly" not in rest
+
+
+def test_report_has_figures(report_html: str) -> None:
+    for div in ("fig-top1-mismatch", "fig-latency-0", "fig-speedup-identity", "fig-speedup-argmax_ones",
+                "fig-bandwidth-0", "fig-memory"):  # fmt: skip
+        assert f'id="{div}"' in report_html, div
+    assert "not drawn (" not in report_html  # no figure fell over
+
+
+def test_report_sections_in_order(report_html: str) -> None:
+    ids = ["summary", "plots", "parity", "edge-cases", "skipped", "results", "environment"]
+    positions = [report_html.index(f'<section id="{i}">') for i in ids]
+    assert positions == sorted(positions)
+
+
+def test_report_summary_and_tables(report_html: str) -> None:
+    summary = report_html[
+        report_html.index('<section id="summary">') : report_html.index('<section id="plots">')
+    ]
+    assert "Fastest exact variant" in summary and "triton_fused" in summary  # the fastest exact one
+    assert "max p_relerr_ref" in summary and "4.2" in summary  # what argmax_ones costs
+    assert "different top token" in summary
+    parity = report_html[
+        report_html.index('<section id="parity">') : report_html.index('<section id="edge-cases">')
+    ]
+    assert "inexact" in parity and "min idx_tie_ref" in parity
+    skipped = report_html[
+        report_html.index('<section id="skipped">') : report_html.index('<section id="results">')
+    ]
+    assert "triton needs a GPU" in skipped and "graphs need a GPU" in skipped
+    assert "out of resources: shared memory" in skipped
+    assert skipped.count("<tr>") < 20  # grouped, not one row per case
+    assert "<details>" in report_html and "CUDA 12.8" in report_html and "abc1234" in report_html
+
+
+def test_report_edge_case_matrix(report_html: str) -> None:
+    edge = report_html[
+        report_html.index('<section id="edge-cases">') : report_html.index('<section id="skipped">')
+    ]
+    assert "all_neg_inf" in edge and "rows of ties" in edge
+    assert 'class="differs"' in edge and "[7] / [1.0]" in edge
+    assert 'class="invalid"' in edge
+    assert 'class="error"' in edge and "&lt;boom&gt;" in edge and "<boom>" not in edge  # autoescaped
+    assert "triton_auto: not run on any input (no GPU)" in edge and "<th>triton_auto</th>" not in edge
+
+
+def test_report_all_skipped(frame: pd.DataFrame, tmp_path: Path) -> None:
+    skipped = frame.copy()
+    skipped["status"] = "skipped"
+    skipped["reason"] = "no device"
+    for column in ("median_us", "p20_us", "p80_us", "verdict", "top1_mismatch_ref", "pct_peak", "gbps"):
+        skipped[column] = math.nan
+    html = build_report(skipped, tmp_path).read_text(encoding="utf-8")
+    assert "no device" in html and "nothing to plot" in html and "not drawn (" not in html
+
+
+def test_report_one_variant_one_device(frame: pd.DataFrame, tmp_path: Path) -> None:
+    one = frame[(frame["variant"] == "identity") & (frame["device"] == "cpu-x86_64")].copy()
+    one["speedup_vs_full"] = math.nan
+    html = build_report(one, tmp_path / "one.html").read_text(encoding="utf-8")
+    assert 'id="fig-latency-0"' in html and "not drawn (" not in html
+    assert "no variant has a full_softmax baseline" in html
+
+
+def test_report_fills_speedups_and_survives_nan_columns(frame: pd.DataFrame, tmp_path: Path) -> None:
+    sparse = frame.copy()
+    for column in ("speedup_vs_full", "pct_peak", "pct_copy", "peak_temp_bytes", "model_temp_bytes"):
+        sparse[column] = math.nan
+    sparse["timestamp"] = None
+    html = build_report(sparse, tmp_path / "sparse.html", title="<sparse>").read_text(encoding="utf-8")
+    assert 'id="fig-speedup-identity"' in html  # speedups filled from full_softmax's medians
+    assert "GB/s" in html and "Memory: no peak_temp_bytes" in html
+    assert "&lt;sparse&gt;" in html and "not drawn (" not in html
+
+
+def test_report_empty_frame(tmp_path: Path) -> None:
+    html = build_report(to_frame([]), tmp_path / "empty.html").read_text(encoding="utf-8")
+    assert "nothing to plot" in html and "not drawn (" not in html

@@ -1,0 +1,173 @@
+"""`perfsuite run / list / report` end to end on the CPU: files, schema, statuses, exit codes, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from perfsuite import cli, memory, variants
+from perfsuite.results import COLUMNS
+from perfsuite.runner import CaseRunner
+from perfsuite.variants.base import Variant
+
+SCENARIO = """
+name = "tiny"
+[[sweep]]
+variants = {variants}
+paths = ["eager", "graph"]
+dtypes = ["bfloat16"]
+vocab = [1000]
+batch = [0, 3]
+topk = [1, 4]
+logits = ["near_ties"]
+[timing]
+warmup = 1
+reps = 3
+max_seconds = 0.05
+"""
+BASIC = ["full_softmax", "argmax_ones", "identity"]
+
+
+def scenario_file(tmp_path: Path, names=BASIC) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(SCENARIO.format(variants=json.dumps(names)))
+    return path
+
+
+def run(tmp_path: Path, *extra: str, names=BASIC) -> tuple[int, Path]:
+    out = tmp_path / "out"
+    code = cli.main(["run", str(scenario_file(tmp_path, names)), "--out", str(out), "--no-progress", *extra])
+    return code, out
+
+
+def test_run_writes_every_file_with_the_schema(tmp_path, capsys):
+    code, out = run(tmp_path)
+    assert code == 0
+    for name in ("results.csv", "results.json", "results.jsonl", "edge_cases.csv", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    frame = pd.read_csv(out / "results.csv")
+    assert list(frame.columns) == list(COLUMNS)
+    assert len(frame) == 3 * 2 * 2 * 2
+    graph = frame[frame["path"] == "graph"]
+    assert (
+        set(graph["status"]) == {"skipped"} and graph["reason"].str.contains("needs a CUDA or ROCm GPU").all()
+    )
+    eager = frame[(frame["path"] == "eager") & (frame["batch"] == 3)]
+    assert set(eager["status"]) == {"ok"} and (eager["median_us"] > 0).all()
+    assert set(eager[eager["variant"] == "identity"]["verdict"]) == {"pass"}
+    assert set(eager[eager["variant"] == "argmax_ones"]["verdict"]) == {"inexact"}
+    assert (eager[eager["variant"] == "full_softmax"]["speedup_vs_full"] == 1.0).all()
+    assert (eager["bytes_model"] >= eager["bytes_ideal"]).all() and (eager["peak_temp_bytes"] >= 0).all()
+    assert set(frame[frame["batch"] == 0]["verdict"].dropna()) <= {"n/a"}
+    assert frame["backend"].eq("cpu").all() and frame["torch"].eq(torch.__version__).all()
+    assert json.loads((out / "results.json").read_text())[0]["case_id"]
+    assert "report.html" in capsys.readouterr().out
+
+
+def broken_select(logits: torch.Tensor, k: int):
+    p, idx = variants.get("identity").select(logits, k)
+    return p * 1.01, idx
+
+
+def crashing_select(logits: torch.Tensor, k: int):
+    raise RuntimeError("kernel exploded\nsecond line")
+
+
+@pytest.fixture
+def extra_variants(monkeypatch):
+    registry = dict(variants._load())
+    for name, select in (("broken", broken_select), ("crashing", crashing_select)):
+        base = variants.get("identity")
+        registry[name] = Variant(name, select, "exact", base.traffic, name)
+    monkeypatch.setattr(variants, "_REGISTRY", registry)
+
+
+def test_an_exact_variant_failing_parity_exits_1_after_writing_everything(tmp_path, extra_variants, capsys):
+    code, out = run(tmp_path, names=["identity", "broken"])
+    assert code == 1
+    frame = pd.read_csv(out / "results.csv")
+    broken = frame[(frame["variant"] == "broken") & (frame["status"] == "ok") & (frame["batch"] == 3)]
+    assert set(broken["verdict"]) == {"fail"} and (out / "report.html").exists()
+    assert "PARITY FAILURE" in capsys.readouterr().err
+
+
+def test_a_crashing_case_is_recorded_and_the_sweep_goes_on(tmp_path, extra_variants):
+    code, out = run(tmp_path, names=["crashing", "identity"])
+    assert code == 0
+    frame = pd.read_csv(out / "results.csv")
+    crashed = frame[(frame["variant"] == "crashing") & (frame["path"] == "eager") & (frame["batch"] == 3)]
+    assert set(crashed["status"]) == {"error"}
+    assert crashed["reason"].eq("RuntimeError: kernel exploded").all()
+    assert set(frame[(frame["variant"] == "identity") & (frame["path"] == "eager")]["status"]) == {"ok"}
+
+
+def test_shapes_that_do_not_fit_are_skipped_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    code, out = run(tmp_path)
+    frame = pd.read_csv(out / "results.csv")
+    assert code == 0
+    eager = frame[(frame["path"] == "eager") & (frame["batch"] == 3)]
+    assert set(eager["status"]) == {"skipped"} and eager["reason"].str.contains("GiB of cpu memory").all()
+
+
+def test_interrupted_runs_keep_their_rows_and_resume(tmp_path, monkeypatch):
+    original = CaseRunner.run
+    calls = {"n": 0}
+
+    def interrupt_third(self, case):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return original(self, case)
+
+    monkeypatch.setattr(CaseRunner, "run", interrupt_third)
+    code, out = run(tmp_path)
+    assert code == 130
+    assert len(pd.read_csv(out / "results.csv")) == 2 and (out / "report.html").exists()
+    monkeypatch.setattr(CaseRunner, "run", original)
+    code, out = run(tmp_path, "--resume")
+    frame = pd.read_csv(out / "results.csv")
+    assert code == 0 and len(frame) == 24 and frame["case_id"].is_unique
+
+
+def test_resume_needs_out(tmp_path, capsys):
+    assert cli.main(["run", str(scenario_file(tmp_path)), "--resume"]) == 2
+    assert "--resume needs --out" in capsys.readouterr().err
+
+
+def test_list_and_report_commands(tmp_path, capsys):
+    assert cli.main(["list", str(scenario_file(tmp_path))]) == 0
+    listed = capsys.readouterr().out
+    assert "24 cases" in listed and "identity/graph/bfloat16/V1000/B3/k4/near_ties" in listed
+    _, out = run(tmp_path)
+    rebuilt = tmp_path / "again.html"
+    assert (
+        cli.main(
+            [
+                "report",
+                str(out / "results.csv"),
+                "--edge-cases",
+                str(out / "edge_cases.csv"),
+                "--out",
+                str(rebuilt),
+            ]
+        )
+        == 0
+    )
+    assert rebuilt.stat().st_size > 0
+
+
+def test_report_on_a_bad_file_exits_2(tmp_path, capsys):
+    bad = tmp_path / "nope.txt"
+    bad.write_text("not results")
+    assert cli.main(["report", str(bad)]) == 2
+    assert str(bad) in capsys.readouterr().err
+
+
+def test_variants_command(capsys):
+    assert cli.main(["variants"]) == 0
+    assert "argmax_ones" in capsys.readouterr().out
