@@ -14,6 +14,7 @@ from perfsuite.parity import tolerance
 EDGE_VOCAB = 1031  # misaligned, larger than one small block, small enough for the Triton interpreter
 
 Pattern = Callable[[torch.Tensor], None]
+Outputs = tuple[torch.Tensor, torch.Tensor]
 
 
 def _at(*columns: int, value: float) -> Pattern:
@@ -73,54 +74,59 @@ def _fmt(values: torch.Tensor) -> str:
     return str(values.tolist())
 
 
-def _same(
-    a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor], dtype: torch.dtype
-) -> bool:
+def _same(a: Outputs, b: Outputs, dtype: torch.dtype) -> bool:
     """Same indices, and probabilities equal within the baseline's rounding (NaN equal to NaN)."""
     rtol, atol = tolerance("rounded", dtype)
     return bool(torch.equal(a[1], b[1]) and torch.allclose(a[0], b[0], rtol=rtol, atol=atol, equal_nan=True))
 
 
+def _run(name: str, logits: torch.Tensor, k: int) -> Outputs | str:
+    """A variant's outputs on the CPU, or why there are none (unavailable here, or the error it raised)."""
+    variant = variants.get(name)
+    reason = variant.available(logits.device)
+    if reason:
+        return reason
+    try:
+        p, idx = variant(logits, k)
+    except Exception as exc:  # the matrix records crashes instead of stopping
+        return f"{type(exc).__name__}: {exc}"
+    return p.cpu(), idx.cpu()
+
+
+def _cell(out: Outputs | str, base: Outputs | str, row: int, vocab: int, dtype: torch.dtype) -> dict:
+    if isinstance(out, str):
+        return {"index": "", "topk_p": "", "index_valid": False, "same_as_baseline": False, "error": out}
+    p, idx = out[0][row], out[1][row]
+    same = not isinstance(base, str) and _same((p, idx), (base[0][row], base[1][row]), dtype)
+    valid = bool(((idx >= 0) & (idx < vocab)).all())
+    return {
+        "index": _fmt(idx),
+        "topk_p": _fmt(p),
+        "index_valid": valid,
+        "same_as_baseline": same,
+        "error": "",
+    }
+
+
 def matrix(
     dtypes: Iterable[torch.dtype], ks: Iterable[int], names: Iterable[str], device: torch.device | str
 ) -> pd.DataFrame:
-    """Run every variant on every pattern; one row per (pattern, dtype, k, variant)."""
+    """Run every variant (and the baseline) on every pattern; one row per (pattern, dtype, k, variant)."""
+    names = list(dict.fromkeys([variants.BASELINE, *names]))
     records = []
     for dtype in dtypes:
         logits = edge_logits(dtype, device)
         for k in ks:
-            outputs: dict[str, tuple[torch.Tensor, torch.Tensor] | str] = {}
-            for name in names:
-                variant = variants.get(name)
-                reason = variant.available(torch.device(device))
-                try:
-                    outputs[name] = reason or variant(logits, k)
-                except Exception as exc:  # the matrix records crashes instead of stopping
-                    outputs[name] = f"{type(exc).__name__}: {exc}"
-            baseline = outputs.get(variants.BASELINE)
-            for i, (pattern, (description, _)) in enumerate(PATTERNS.items()):
+            outputs = {name: _run(name, logits, k) for name in names}
+            for row, (pattern, (description, _)) in enumerate(PATTERNS.items()):
                 for name, out in outputs.items():
-                    record = {
+                    where = {
                         "pattern": pattern,
                         "description": description,
                         "dtype": dtype_name(dtype),
                         "topk": k,
                         "variant": name,
                     }
-                    if isinstance(out, str):
-                        record.update(
-                            index="", topk_p="", index_valid=False, same_as_baseline=False, error=out
-                        )
-                    else:
-                        p, idx = out[0][i].cpu(), out[1][i].cpu()
-                        has_base = baseline is not None and not isinstance(baseline, str)
-                        record.update(
-                            index=_fmt(idx),
-                            topk_p=_fmt(p),
-                            index_valid=bool(((idx >= 0) & (idx < logits.shape[1])).all()),
-                            same_as_baseline=has_base
-                            and _same((p, idx), (baseline[0][i].cpu(), baseline[1][i].cpu()), dtype),
-                            error="",
-                        )
-                    records.append(record)
+                    base = outputs[variants.BASELINE]
+                    records.append({**where, **_cell(out, base, row, logits.shape[1], dtype)})
     return pd.DataFrame.from_records(records)

@@ -74,6 +74,7 @@ class Sweep:
     batch: tuple[int, ...] = (1, 16)
     topk: tuple[int, ...] = (1, 8)
     logits: tuple[str, ...] = ("gaussian", "peaked", "near_ties")
+    tp: tuple[int, ...] = (1,)  # tensor-parallel ranks the vocabulary is split over (perfsuite.distributed)
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,13 @@ class Case:
     logits: str
     timing: Timing = field(default_factory=Timing)
     inputs: Inputs = field(default_factory=Inputs)
+    tp: int = 1
 
     @property
     def case_id(self) -> str:
-        return (
-            f"{self.variant}/{self.path}/{self.dtype}/V{self.vocab}/B{self.batch}/k{self.topk}/{self.logits}"
-        )
+        shape = f"V{self.vocab}/B{self.batch}/k{self.topk}"
+        tp = f"/tp{self.tp}" if self.tp > 1 else ""
+        return f"{self.variant}/{self.path}/{self.dtype}/{shape}/{self.logits}{tp}"
 
     @property
     def input_key(self) -> tuple[str, int, int, str]:
@@ -173,6 +175,7 @@ SWEEP_CHECKS = {
     "batch": _ints(0),
     "topk": _ints(1),
     "logits": _names(lambda: list(inputs.KINDS), "logits kind"),
+    "tp": _ints(1),
 }
 
 
@@ -260,20 +263,25 @@ def expand(scenario: Scenario) -> list[Case]:
     cases: dict[str, Case] = {}
     for sweep in scenario.sweeps:
         grid = itertools.product(
-            sweep.dtypes, sweep.vocab, sweep.batch, sweep.logits, sweep.topk, sweep.variants, sweep.paths
+            sweep.tp,
+            sweep.dtypes,
+            sweep.vocab,
+            sweep.batch,
+            sweep.logits,
+            sweep.topk,
+            sweep.variants,
+            sweep.paths,
         )
-        for dtype, vocab, batch, logits, topk, variant, path in grid:
+        for tp, dtype, vocab, batch, logits, topk, variant, path in grid:
+            params = {"variant": variant, "path": path, "dtype": dtype, "vocab": vocab, "batch": batch}
             case = Case(
                 scenario.name,
-                variant,
-                path,
-                dtype,
-                vocab,
-                batch,
-                topk,
-                logits,
-                scenario.timing,
-                scenario.inputs,
+                **params,
+                topk=topk,
+                logits=logits,
+                timing=scenario.timing,
+                inputs=scenario.inputs,
+                tp=tp,
             )
             cases.setdefault(case.case_id, case)
-    return sorted(cases.values(), key=lambda c: (*c.input_key, c.topk))
+    return sorted(cases.values(), key=lambda c: (c.tp, *c.input_key, c.topk))
