@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup quick test bench lint gpu-setup gpu-check clean
+.PHONY: setup quick test bench lint gpu-setup gpu-check clean chromium
 
 $(STAMP): pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,15 @@ test: setup
 bench: setup
 	$(BIN)/python -m pytest benchmarks -q --benchmark-json reports/bench.json
 	$(BIN)/perfsuite report reports/bench.json --out reports/bench.html
+
+# Headless Chromium for tests/test_report_browser.py (skipped without it). Debian / Ubuntu, as root or via sudo.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+	  echo "chromium: $$(command -v chromium || command -v chromium-browser)"; \
+	else \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
+	fi
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

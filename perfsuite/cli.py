@@ -1,8 +1,8 @@
-"""Command line: `perfsuite list | run | report | variants`.
+"""Command line: `perfsuite list | run | report | profile | compare | call | variants`.
 
-Exit status: 0 done; 1 an exact variant failed parity (everything is written first); 2 bad input
-(a malformed scenario or results file, an unknown variant) with one message and no traceback;
-130 interrupted (what was measured is written).
+Exit status: 0 done; 1 an exact variant failed parity (everything is written first), or `compare` found
+a regression; 2 bad input (a malformed scenario or results file, an unknown variant) with one message and
+no traceback; 3 `call` on a case that cannot run here; 130 interrupted (what was measured is written).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from perfsuite import variants
 from perfsuite.scenario import ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_REGRESSION, EXIT_SKIPPED = 1, 3
 
 
 class UsageError(Exception):
@@ -26,29 +27,20 @@ class UsageError(Exception):
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from perfsuite.draft import expand_draft
+
     scenario = load(args.scenario)
     cases = expand(scenario)
-    table = pd.DataFrame(
-        [
-            {
-                "case_id": c.case_id,
-                "variant": c.variant,
-                "path": c.path,
-                "dtype": c.dtype,
-                "vocab": c.vocab,
-                "batch": c.batch,
-                "topk": c.topk,
-                "logits": c.logits,
-            }
-            for c in cases
-        ]
-    )
+    drafts = expand_draft(scenario)
     print(
-        f"{scenario.source}: {scenario.name}: {len(cases)} cases "
+        f"{scenario.source}: {scenario.name}: {len(cases)} cases, {len(drafts)} draft cases "
         f"(timing: {scenario.timing}, inputs: {scenario.inputs})"
     )
-    if len(table):
-        print(table.to_string(index=False))
+    kernel_columns = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "tp")
+    for rows, columns in ((cases, kernel_columns), (drafts, ("variant", "path", "batch"))):
+        table = pd.DataFrame([{"case_id": c.case_id, **{k: getattr(c, k) for k in columns}} for c in rows])
+        if len(table):
+            print(table.to_string(index=False))
     return EXIT_OK
 
 
@@ -66,12 +58,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.device:
         scenario = dataclasses.replace(scenario, device=args.device)
     out_dir = Path(args.out) if args.out else _default_out(scenario.name)
-    outcome = run_scenario(scenario, out_dir, resume=args.resume, progress=not args.no_progress)
+    outcome = run_scenario(
+        scenario, out_dir, resume=args.resume, progress=not args.no_progress, counters=args.counters
+    )
     frame = outcome.frame
-    counts = frame["status"].value_counts().to_dict()
-    print(f"{len(frame)} cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    for what, rows in (("cases", frame), ("draft cases", outcome.draft)):
+        if len(rows) or what == "cases":
+            print(f"{len(rows)} {what}: {_status_counts(rows)}")
     for name, path in outcome.files.items():
         print(f"  {name:10s} {path}")
+    if args.counters:
+        _print_counters(frame)
     if outcome.interrupted:
         print(
             "interrupted: what was measured is written; `perfsuite run --resume` continues", file=sys.stderr
@@ -86,17 +83,118 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _status_counts(rows: pd.DataFrame) -> str:
+    counts = rows["status"].value_counts().to_dict() if len(rows) else {}
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+
+
+def _print_counters(frame: pd.DataFrame) -> None:
+    from perfsuite.counters import FLAG_TOLERANCE, flagged
+
+    measured = frame[frame["bytes_measured"].notna()]
+    if measured.empty:
+        reasons = frame["counters"].dropna()
+        print(f"counters: nothing measured ({reasons.iloc[0] if len(reasons) else 'no ok case'})")
+        return
+    off = measured[flagged(measured)]
+    print(
+        f"counters: {len(measured)} cases measured, "
+        f"{len(off)} over {100 * FLAG_TOLERANCE:.0f} % off the model"
+    )
+    for row in off.head(10).itertuples():
+        print(f"  {row.case_id}: measured / model = {row.bytes_measured_vs_model:.3f}")
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from perfsuite.profiling import profile_scenario, short_table
+
+    scenario = load(args.scenario)
+    if args.device:
+        scenario = dataclasses.replace(scenario, device=args.device)
+    out_dir = Path(args.out) if args.out else Path(f"{_default_out(scenario.name)}-profile")
+    outcome = profile_scenario(scenario, out_dir, calls=args.calls, only=args.only)
+    counts = outcome.cases["status"].value_counts().to_dict()
+    print(f"{len(outcome.cases)} cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    activity = outcome.cases["activity"].dropna() if "activity" in outcome.cases else pd.Series(dtype=str)
+    if len(activity) and activity.iloc[0].startswith("cpu"):
+        print("CPU run: the tables show aten ops and host time, not device kernels")
+    print(short_table(outcome))
+    for row in outcome.cases[outcome.cases["status"] != "ok"].head(20).itertuples():
+        print(f"  {row.status}: {row.case_id}: {row.reason}")
+    for name, path in outcome.files.items():
+        print(f"  {name:10s} {path}")
+    print(
+        f"  {'traces':10s} {out_dir}/<case>/*.pt.trace.json (tensorboard --logdir {out_dir}; ui.perfetto.dev)"
+    )
+    return EXIT_OK
+
+
+def _cmd_call(args: argparse.Namespace) -> int:
+    from perfsuite.profiling import call_case
+
+    scenario = load(args.scenario)
+    if args.device:
+        scenario = dataclasses.replace(scenario, device=args.device)
+    reason = call_case(scenario, args.case_id, calls=args.calls, roctx_region=args.roctx_region)
+    if reason:
+        print(f"perfsuite: skipped: {reason}", file=sys.stderr)
+        return EXIT_SKIPPED
+    return EXIT_OK
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from perfsuite.compare import compare, load_side, parse_threshold, text_table
+    from perfsuite.report.compare_page import build_compare_page
+
+    try:
+        threshold = parse_threshold(args.fail_on)
+        base, new = load_side(args.base), load_side(args.new)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    names = (Path(args.base).name, Path(args.new).name)
+    if names[0] == names[1]:
+        names = (str(args.base), str(args.new))
+    result = compare(base, new, threshold, ignore_device=args.ignore_device, names=names)
+    if result.table.empty:
+        raise UsageError(
+            f"{args.base} and {args.new} have no case in common (matched on {', '.join(result_keys(args))})"
+        )
+    print(text_table(result, limit=args.limit))
+    if args.out:
+        print(f"  html {build_compare_page(result, args.out)}")
+    if args.csv:
+        result.table.to_csv(args.csv, index=False)
+        print(f"  csv  {args.csv}")
+    return EXIT_REGRESSION if len(result.failures) else EXIT_OK
+
+
+def result_keys(args: argparse.Namespace) -> list[str]:
+    from perfsuite.compare import KEYS
+
+    return [k for k in KEYS if not (args.ignore_device and k == "device")]
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from perfsuite.report import build_report, load_many
 
+    first = Path(args.results[0])
+    run_dir = first if first.is_dir() else first.parent
+    edge_path = args.edge_cases or _sibling(run_dir / "edge_cases.csv", len(args.results))
+    draft_path = args.draft or _sibling(run_dir / "draft.csv", len(args.results))
     try:
         frame = load_many([Path(p) for p in args.results])
-        edges = pd.read_csv(args.edge_cases) if args.edge_cases else None
+        edges = pd.read_csv(edge_path) if edge_path else None
+        draft = pd.read_csv(draft_path) if draft_path else None
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    out = Path(args.out) if args.out else Path(args.results[0]).with_name("report.html")
-    print(build_report(frame, out, edge_cases=edges, title=args.title))
+    out = Path(args.out) if args.out else run_dir / "report.html"
+    print(build_report(frame, out, edge_cases=edges, draft=draft, title=args.title))
     return EXIT_OK
+
+
+def _sibling(path: Path, n_results: int) -> Path | None:
+    """A run's companion file (edge cases, draft rows), picked up when one run is being re-reported."""
+    return path if n_results == 1 and path.exists() else None
 
 
 def _cmd_variants(args: argparse.Namespace) -> int:
@@ -120,18 +218,83 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument(
+        "--counters",
+        action="store_true",
+        help="also measure each case's HBM bytes with hardware counters (ncu on NVIDIA, rocprofv3 on AMD): "
+        "one profiled subprocess per case, slow",
+    )
     s.set_defaults(func=_cmd_run)
 
     s = sub.add_parser("report", help="rebuild the HTML report from results files")
     s.add_argument("results", nargs="+", help="results.csv / .json / .jsonl or pytest-benchmark JSON")
     s.add_argument("--out", help="HTML file (default: report.html beside the first results file)")
-    s.add_argument("--edge-cases", help="edge_cases.csv to include")
+    s.add_argument(
+        "--edge-cases", help="edge_cases.csv to include (default: the one beside a single run's results)"
+    )
+    s.add_argument("--draft", help="draft.csv to include (default: the one beside a single run's results)")
     s.add_argument("--title", default="perfsuite report")
     s.set_defaults(func=_cmd_report)
+
+    s = sub.add_parser(
+        "profile",
+        help="a torch.profiler trace per case (TensorBoard layout) and a per-kernel table (kernels.csv)",
+    )
+    s.add_argument("scenario")
+    s.add_argument("--out", help="output folder (default reports/<scenario>-<backend>-<time>-profile)")
+    s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
+    s.add_argument("--calls", type=_positive, default=5, help="profiled calls per case (default 5)")
+    s.add_argument("--only", help="profile only cases whose case_id matches this glob or substring")
+    s.set_defaults(func=_cmd_profile)
+
+    s = sub.add_parser(
+        "compare",
+        help="compare two results files case by case; exit 1 on a regression",
+        description="Match the cases of BASE and NEW (variant, path, dtype, vocab, batch, topk, logits, l2 "
+        "and device) and compare their median times. A case regresses when new/base median > 1 + FAIL_ON "
+        "and, where both runs report p20/p80, the new p20 is above the base p80 (outside the noise); a "
+        "parity verdict that got worse (pass < inexact < fail) or a case that now errors also regresses. "
+        "Exit 1 on any regression, 0 otherwise, 2 on unreadable input or no case in common. "
+        "Inputs: results.csv/.json/.jsonl, a run folder or pytest-benchmark JSON.",
+    )
+    s.add_argument("base", help="results of the reference run")
+    s.add_argument("new", help="results of the run to judge")
+    s.add_argument("--fail-on", default="5%", help="time regression threshold: 5%%, 5 or 0.05 (default 5%%)")
+    s.add_argument("--out", help="write an HTML page (table and a plot of the ratios)")
+    s.add_argument("--csv", help="write the matched table as CSV")
+    s.add_argument("--ignore-device", action="store_true", help="match cases across device names")
+    s.add_argument("--limit", type=_positive, default=30, help="rows of the text table (failures always)")
+    s.set_defaults(func=_cmd_compare)
+
+    s = sub.add_parser(
+        "call",
+        help="run one case's call inside its NVTX/ROCTx range perfsuite.<variant>.<path> (for ncu, nsys, "
+        "rocprofv3)",
+    )
+    s.add_argument("scenario")
+    s.add_argument("case_id", help="a case_id as `perfsuite list` prints it")
+    s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
+    s.add_argument("--calls", type=_positive, default=1, help="calls inside the range (default 1)")
+    s.add_argument(
+        "--roctx-region",
+        action="store_true",
+        help="also wrap the calls in roctxProfilerResume/Pause (rocprofv3 --selected-regions)",
+    )
+    s.set_defaults(func=_cmd_call)
 
     s = sub.add_parser("variants", help="list the registered variants")
     s.set_defaults(func=_cmd_variants)
     return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ScenarioError, UsageError) as exc:
         print(f"perfsuite: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `perfsuite list ... | head`
+        sys.stderr.close()
+        return EXIT_OK
 
 
 if __name__ == "__main__":

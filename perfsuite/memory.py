@@ -87,7 +87,7 @@ def _cpu_peak_from_profiler(prof: profile) -> int:
 
 
 @contextlib.contextmanager
-def _native_stderr_silenced() -> Iterator[None]:
+def native_stderr_silenced() -> Iterator[None]:
     """Mute file descriptor 2 (kineto logs every profiler start and stop there, with no switch for it)."""
     sys.stderr.flush()
     saved = os.dup(2)
@@ -114,6 +114,6 @@ def peak_temp_bytes(call, info: DeviceInfo) -> int:
         call()
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         call()
     return _cpu_peak_from_profiler(prof)

@@ -43,7 +43,7 @@ class PreparedCall:
     graphed: bool
 
 
-def _set_compile_limits() -> None:
+def set_compile_limits() -> None:
     """Sweeps recompile per shape; raise dynamo's per-function cache so it never falls back to eager."""
     import torch._dynamo
 
@@ -55,7 +55,7 @@ def _set_compile_limits() -> None:
 @cache
 def compiled(select: Selector) -> Selector:
     """`torch.compile` of a selector, shapes specialised (one compiled kernel set per shape)."""
-    _set_compile_limits()
+    set_compile_limits()
     return torch.compile(select, dynamic=False)
 
 

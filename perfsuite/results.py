@@ -24,6 +24,7 @@ COLUMNS: dict[str, str] = {
     "topk": "k",
     "logits": "logits distribution",
     "l2": "cache state while timing: cold (flushed before each sample) | hot",
+    "tp": "tensor-parallel ranks the vocabulary is split over (1: one device)",
     "status": "ok | skipped | error",
     "reason": "why the case was skipped or failed",
     "median_us": "median time per call, microseconds",
@@ -31,9 +32,14 @@ COLUMNS: dict[str, str] = {
     "p80_us": "80th percentile, microseconds",
     "samples": "timed samples behind the median",
     "timing": "how it was timed: host perf_counter | device events | graph replay xN",
-    "speedup_vs_full": "full_softmax median / this median, same path, shape, dtype and logits, same run",
+    "speedup_vs_full": "baseline median / this median: same path, shape, dtype, logits, tp; same run",
     "bytes_model": "HBM bytes the variant moves by its model (every pass and temporary)",
     "bytes_ideal": "unavoidable bytes: read logits once, write [B, k] outputs",
+    "bytes_measured": "HBM bytes one call moved by hardware counters, read + write (`run --counters`)",
+    "bytes_read_measured": "... read (ncu dram__bytes_read.sum; rocprofv3 FETCH_SIZE)",
+    "bytes_write_measured": "... written (ncu dram__bytes_write.sum; rocprofv3 WRITE_SIZE)",
+    "bytes_measured_vs_model": "bytes_measured / bytes_model; over 20 % apart (outside 0.8-1.2) is flagged",
+    "counters": "how bytes_measured was measured (tool, replay, kernels), or why it was not",
     "gbps": "bytes_model / median time, GB/s",
     "gbps_ideal": "bytes_ideal / median time, GB/s (comparable across variants)",
     "peak_gbps": "datasheet bandwidth of the device, GB/s",
@@ -56,10 +62,11 @@ COLUMNS: dict[str, str] = {
     "torch": "torch version",
     "triton": "triton version",
     "runtime": "CUDA / HIP runtime",
+    "driver": "GPU driver version (nvidia-smi; amdgpu module version on ROCm)",
     "git_sha": "commit of perfsuite",
     "timestamp": "when the case finished (UTC, ISO 8601)",
 }
-CASE_KEYS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2")
+CASE_KEYS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2", "tp")
 """Columns that identify a case: rows from two runs match when these match (and the device)."""
 
 
@@ -73,14 +80,21 @@ def to_frame(rows: Iterable[dict[str, object]]) -> pd.DataFrame:
     return frame[list(COLUMNS) + extra]
 
 
+BASELINES = ("full_softmax", "allgather_full_softmax")
+"""The variant every speedup is relative to: single device first, then tensor parallel (tp > 1)."""
+
+
 def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     """Fill `speedup_vs_full`: the baseline's median over each row's, within the same run and case."""
     keys = [k for k in ("device", "path", "dtype", "vocab", "batch", "topk", "logits", "l2") if k in frame]
-    ok = frame[frame["status"] == "ok"]
-    base = ok[ok["variant"] == "full_softmax"][[*keys, "median_us"]].rename(columns={"median_us": "_base"})
-    merged = frame.drop(columns=["speedup_vs_full"]).merge(base, on=keys, how="left")
+    data = frame.assign(_tp=pd.to_numeric(frame["tp"], errors="coerce").fillna(1) if "tp" in frame else 1)
+    keys.append("_tp")
+    base = data[(data["status"] == "ok") & data["variant"].isin(BASELINES)]
+    base = base.assign(_rank=base["variant"].map(BASELINES.index)).sort_values("_rank").drop_duplicates(keys)
+    base = base[[*keys, "median_us"]].rename(columns={"median_us": "_base"})
+    merged = data.drop(columns=["speedup_vs_full"]).merge(base, on=keys, how="left")
     merged["speedup_vs_full"] = merged["_base"] / merged["median_us"]
-    return merged.drop(columns=["_base"])[frame.columns]
+    return merged[frame.columns]
 
 
 class ResultsLog:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import torch
@@ -23,6 +24,7 @@ from perfsuite.results import ResultsLog, add_speedups, to_frame, write_tables
 from perfsuite.scenario import Case, Scenario, expand
 
 EDGE_TOPK = (1, 4)
+T = TypeVar("T")
 
 
 def package_version(name: str) -> str:
@@ -54,6 +56,29 @@ def git_sha() -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
+def _first_line_of(command: list[str]) -> str:
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.strip().splitlines()[0].strip() if out.strip() else ""
+
+
+def driver_version(info: DeviceInfo) -> str:
+    """The GPU driver's version: nvidia-smi on NVIDIA, the amdgpu module's on ROCm; '' on a CPU or unknown."""
+    if info.backend == "cuda":
+        index = info.device.split(":")[-1]
+        return _first_line_of(
+            ["nvidia-smi", f"--id={index}", "--query-gpu=driver_version", "--format=csv,noheader"]
+        )
+    if info.backend == "rocm":
+        try:
+            return Path("/sys/module/amdgpu/version").read_text().strip()
+        except OSError:
+            return ""
+    return ""
+
+
 def environment(info: DeviceInfo, scenario: str) -> dict[str, object]:
     """Facts every row carries: where and with what it was measured."""
     return {
@@ -61,6 +86,7 @@ def environment(info: DeviceInfo, scenario: str) -> dict[str, object]:
         "backend": info.backend,
         "device": info.name,
         "runtime": info.runtime,
+        "driver": driver_version(info),
         "peak_gbps": info.peak_gbps if info.peak_gbps else float("nan"),
         "copy_gbps": memory.copy_gbps(info.device),
         "torch": torch.__version__,
@@ -69,13 +95,20 @@ def environment(info: DeviceInfo, scenario: str) -> dict[str, object]:
     }
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
+def failure(exc: BaseException) -> dict[str, str]:
+    """The status and reason of a case that raised: out of memory is a skip, anything else an error."""
+    if is_out_of_memory(exc):
+        return {"status": "skipped", "reason": f"out of memory: {one_line(exc)}"}
+    return {"status": "error", "reason": one_line(exc)}
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
 
 
 @dataclass
@@ -86,6 +119,7 @@ class CaseRunner:
     env: dict[str, object]
     _logits: tuple[tuple, torch.Tensor] | None = None
     _truth: tuple[tuple, parity.Reference, tuple[torch.Tensor, torch.Tensor]] | None = None
+    counters: Callable[[Case], dict[str, object]] | None = None  # measured bytes (`run --counters`)
     device: torch.device = field(init=False)
 
     def __post_init__(self) -> None:
@@ -141,20 +175,19 @@ class CaseRunner:
     def run(self, case: Case) -> dict[str, object]:
         """Measure one case; always returns a row (status ok, skipped or error)."""
         row = case_row(case, self.env)
-        reason = self.skip_reason(case)
-        if reason:
-            return {**row, "status": "skipped", "reason": reason, **_stamp()}
         try:
+            reason = self.skip_reason(case)
+            if reason:
+                return {**row, "status": "skipped", "reason": reason, **stamp()}
             row.update(self._measure(case))
         except Exception as exc:  # one broken case must not stop the sweep
-            if is_out_of_memory(exc):
-                row.update(status="skipped", reason=f"out of memory: {_one_line(exc)}")
-            else:
-                row.update(status="error", reason=_one_line(exc))
+            row.update(failure(exc))
         finally:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-        return {**row, **_stamp()}
+        if self.counters is not None and row.get("status") == "ok":
+            row.update(self.counters(case))
+        return {**row, **stamp()}
 
     def prepare(self, case: Case) -> tuple[paths.PreparedCall, parity.Parity, int]:
         """Bind the case on its path, check its outputs' parity and measure its peak temporary memory."""
@@ -176,23 +209,48 @@ class CaseRunner:
         dtype = inputs.dtype_of(case.dtype)
         traffic = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype)
         ideal = variants.ideal_traffic(case.batch, case.vocab, case.topk, dtype)
-        seconds = samples.median_us * 1e-6
-        achieved = memory.gbps(traffic.total, seconds)
-        return {
-            "median_us": samples.median_us,
-            "p20_us": samples.p20_us,
-            "p80_us": samples.p80_us,
-            "samples": len(samples.seconds),
-            "timing": samples.method,
-            "bytes_model": traffic.total,
-            "bytes_ideal": ideal.total,
-            "gbps": achieved,
-            "gbps_ideal": memory.gbps(ideal.total, seconds),
-            "pct_peak": memory.percent(achieved, self.info.peak_gbps),
-            "pct_copy": memory.percent(achieved, self.env["copy_gbps"]),
-            "peak_temp_bytes": peak_temp,
-            "model_temp_bytes": traffic.temp,
-        }
+        return figures(samples, traffic, ideal, peak_temp, self.info.peak_gbps, self.env["copy_gbps"])
+
+
+def figures(
+    samples: timing.Samples,
+    traffic: variants.Traffic,
+    ideal: variants.Traffic,
+    peak_temp: int,
+    peak_gbps: float | None,
+    copy_gbps: object,
+) -> dict[str, object]:
+    """Time, bytes and bandwidth columns from a case's samples and its traffic (model and ideal)."""
+    seconds = samples.median_us * 1e-6
+    achieved = memory.gbps(traffic.total, seconds)
+    copy = copy_gbps if isinstance(copy_gbps, (int, float)) else None
+    return {
+        "median_us": samples.median_us,
+        "p20_us": samples.p20_us,
+        "p80_us": samples.p80_us,
+        "samples": len(samples.seconds),
+        "timing": samples.method,
+        "bytes_model": traffic.total,
+        "bytes_ideal": ideal.total,
+        "gbps": achieved,
+        "gbps_ideal": memory.gbps(ideal.total, seconds),
+        "pct_peak": memory.percent(achieved, peak_gbps),
+        "pct_copy": memory.percent(achieved, copy),
+        "peak_temp_bytes": peak_temp,
+        "model_temp_bytes": traffic.temp,
+    }
+
+
+def accuracy_of(name: str) -> str:
+    """The accuracy claim of a single-device or tensor-parallel variant ('' for an unknown name)."""
+    from perfsuite.distributed import tp_variants
+
+    for registry in (variants, tp_variants):
+        try:
+            return registry.get(name).accuracy
+        except KeyError:
+            continue
+    return ""
 
 
 def case_row(case: Case, env: dict[str, object]) -> dict[str, object]:
@@ -201,7 +259,7 @@ def case_row(case: Case, env: dict[str, object]) -> dict[str, object]:
         **env,
         "case_id": case.case_id,
         "variant": case.variant,
-        "accuracy": variants.get(case.variant).accuracy,
+        "accuracy": accuracy_of(case.variant),
         "path": case.path,
         "dtype": case.dtype,
         "vocab": case.vocab,
@@ -209,10 +267,11 @@ def case_row(case: Case, env: dict[str, object]) -> dict[str, object]:
         "topk": case.topk,
         "logits": case.logits,
         "l2": case.timing.l2,
+        "tp": case.tp,
     }
 
 
-def _stamp() -> dict[str, str]:
+def stamp() -> dict[str, str]:
     return {"timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -221,6 +280,7 @@ class RunOutcome:
     """What a run left behind."""
 
     frame: pd.DataFrame
+    draft: pd.DataFrame
     out_dir: Path
     files: dict[str, Path]
     interrupted: bool
@@ -231,60 +291,108 @@ class RunOutcome:
         return f[(f["accuracy"] == "exact") & (f["verdict"] == "fail")]
 
 
-def _progress(cases: list[Case], enabled: bool) -> Iterable[Case]:
+def _progress(items: Iterable[T], enabled: bool, label: str | None = None) -> Iterable[T]:
+    """`items` behind a progress bar on stderr when enabled."""
     if not enabled:
-        return cases
+        return items
     from tqdm import tqdm
 
-    return tqdm(cases, unit="case", file=sys.stderr, dynamic_ncols=True)
+    return tqdm(items, unit="case", desc=label, file=sys.stderr, dynamic_ncols=True)
 
 
 def run_scenario(
-    scenario: Scenario, out_dir: Path, *, resume: bool = False, progress: bool = True
+    scenario: Scenario,
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    counters: bool = False,
 ) -> RunOutcome:
-    """Run every case of a scenario into `out_dir`: results.jsonl as it goes, then CSV, JSON and HTML."""
+    """Run every case of a scenario into `out_dir`: results.jsonl as it goes, then CSV, JSON and HTML.
+
+    `counters`: also measure each ok case's HBM bytes with the vendor's counter tool (slow; see counters.py).
+    """
+    from perfsuite.draft import DraftRunner, expand_draft
+
     info = detect(scenario.device)
     env = environment(info, scenario.name)
-    log = ResultsLog(out_dir / "results.jsonl")
-    if not resume and log.path.exists():
-        log.path.unlink()
-    done = {row["case_id"] for row in log.read() if row.get("status") != "error"}
+    log, done = open_log(out_dir / "results.jsonl", resume)
+    draft_log, draft_done = open_log(out_dir / "draft.jsonl", resume)
     todo = [case for case in expand(scenario) if case.case_id not in done]
-    if resume:  # errors are retried: drop their old rows
-        kept = [row for row in log.read() if row.get("case_id") in done]
-        log.path.unlink(missing_ok=True)
-        for row in kept:
-            log.append(row)
-    runner = CaseRunner(info, env)
+    single = [case for case in todo if not is_tensor_parallel(case)]
+    parallel = [case for case in todo if is_tensor_parallel(case)]
+    drafts = [case for case in expand_draft(scenario) if case.case_id not in draft_done]
+    collector = None
+    if counters:
+        from perfsuite.counters import CounterCollector
+
+        collector = CounterCollector(info, scenario.source, out_dir / "counters")
+    runner = CaseRunner(info, env, counters=collector)
     interrupted = False
-    bar = _progress(todo, progress)
     try:
-        for case in bar:
-            if progress:
-                bar.set_postfix_str(case.case_id, refresh=False)
+        for case in _progress(single, progress):
             log.append(runner.run(case))
+        if parallel:  # one torchrun launch per tp size; rank 0's rows come back as they finish
+            from perfsuite.distributed.launch import run_tp_cases
+
+            for row in _progress(run_tp_cases(scenario.source, parallel, out_dir, env), progress, "tp"):
+                log.append(row)
+        draft_runner = DraftRunner(info, env)
+        try:
+            for case in _progress(drafts, progress, "draft"):
+                draft_log.append(draft_runner.run(case))
+        finally:
+            draft_runner.close()
     except KeyboardInterrupt:
         interrupted = True
-    return finish(scenario, out_dir, log, info, env, interrupted)
+    return finish(scenario, out_dir, log, draft_log, info, env, interrupted)
+
+
+def is_tensor_parallel(case: Case) -> bool:
+    """Cases that run under torchrun (perfsuite.distributed): tp > 1, or a tensor-parallel variant."""
+    from perfsuite.distributed import tp_variants
+
+    return case.tp > 1 or tp_variants.is_tp_variant(case.variant)
+
+
+def open_log(path: Path, resume: bool) -> tuple[ResultsLog, set[str]]:
+    """The row log at `path` and the case ids it already holds (resume); errors are dropped to be retried."""
+    log = ResultsLog(path)
+    if not resume:
+        path.unlink(missing_ok=True)
+        return log, set()
+    kept = [row for row in log.read() if row.get("status") != "error"]
+    path.unlink(missing_ok=True)
+    for row in kept:
+        log.append(row)
+    return log, {str(row["case_id"]) for row in kept}
 
 
 def finish(
     scenario: Scenario,
     out_dir: Path,
     log: ResultsLog,
+    draft_log: ResultsLog,
     info: DeviceInfo,
     env: dict[str, object],
     interrupted: bool,
 ) -> RunOutcome:
-    """Turn the log into tables, the edge-case matrix and the HTML report."""
+    """Turn the logs into tables, the edge-case matrix and the HTML report."""
+    from perfsuite.draft import DRAFT_COLUMNS
     from perfsuite.report import build_report
 
     frame = add_speedups(to_frame(log.read()))
     csv_path, json_path = write_tables(frame, out_dir)
     files = {"jsonl": log.path, "csv": csv_path, "json": json_path}
+    draft = pd.DataFrame(draft_log.read())
+    if len(draft):
+        draft = draft.reindex(columns=[*DRAFT_COLUMNS, *(c for c in draft if c not in DRAFT_COLUMNS)])
+        files["draft"] = out_dir / "draft.csv"
+        draft.to_csv(files["draft"], index=False)
     edges = None
-    if not interrupted:
-        names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants))
+    single_device = set(variants.names())
+    names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if v in single_device))
+    if names and not interrupted:
         dtypes = list(dict.fromkeys(inputs.dtype_of(d) for s in scenario.sweeps for d in s.dtypes))
         edges = edge_cases.matrix(dtypes, EDGE_TOPK, names, info.device)
         files["edge_cases"] = out_dir / "edge_cases.csv"
@@ -293,7 +401,8 @@ def finish(
         frame,
         out_dir / "report.html",
         edge_cases=edges,
+        draft=draft,
         environment={**{k: str(v) for k, v in env.items()}, "source": scenario.source},
         title=f"perfsuite: {scenario.name} on {info.name}",
     )
-    return RunOutcome(frame, out_dir, files, interrupted)
+    return RunOutcome(frame, draft, out_dir, files, interrupted)

@@ -22,25 +22,20 @@ Every problem is reported as one `ScenarioError` naming the file, the key and wh
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite import inputs, variants
+from perfsuite import checks, inputs, variants
+from perfsuite.checks import ScenarioError
 from perfsuite.paths import PATHS
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-class ScenarioError(ValueError):
-    """A scenario file that cannot be run; the message is meant for the user as is."""
 
 
 @dataclass(frozen=True)
@@ -120,115 +115,74 @@ class Scenario:
 # ---------------------------------------------------------------- validation
 
 
-def _fail(source: str, key: str, message: str) -> ScenarioError:
-    return ScenarioError(f"{source}: {key}: {message}")
+def _all_variant_names() -> list[str]:
+    """Single-device variants, then the tensor-parallel ones (perfsuite.distributed)."""
+    from perfsuite.distributed import tp_variants
 
-
-def _unknown_keys(source: str, table: str, given: dict[str, Any], allowed: list[str]) -> None:
-    for key in given:
-        if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            where = f"[{table}].{key}" if table else key
-            raise _fail(source, where, f"unknown key{hint}; allowed: {', '.join(sorted(allowed))}")
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def _ints(minimum: int) -> Callable[[str, str, Any], tuple[int, ...]]:
-    def check(source: str, key: str, value: Any) -> tuple[int, ...]:
-        items = _as_list(value)
-        bad = [v for v in items if isinstance(v, bool) or not isinstance(v, int) or v < minimum]
-        if not items or bad:
-            raise _fail(source, key, f"expected a non-empty list of integers >= {minimum}, got {value!r}")
-        return tuple(dict.fromkeys(items))
-
-    return check
-
-
-def _names(allowed: Callable[[], list[str]], what: str, normalize=lambda s: s):
-    def check(source: str, key: str, value: Any) -> tuple[str, ...]:
-        items = _as_list(value)
-        if not items or not all(isinstance(v, str) for v in items):
-            raise _fail(source, key, f"expected a non-empty list of {what} names, got {value!r}")
-        known = allowed()
-        out = []
-        for item in items:
-            name = normalize(item)
-            if name not in known:
-                close = difflib.get_close_matches(item, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise _fail(source, key, f"unknown {what} {item!r}{hint}; allowed: {', '.join(known)}")
-            out.append(name)
-        return tuple(dict.fromkeys(out))
-
-    return check
+    return variants.names() + tp_variants.names()
 
 
 SWEEP_CHECKS = {
-    "variants": _names(variants.names, "variant"),
-    "paths": _names(lambda: list(PATHS), "path"),
-    "dtypes": _names(lambda: list(inputs.DTYPES), "dtype", lambda s: inputs.DTYPE_ALIASES.get(s, s)),
-    "vocab": _ints(1),
-    "batch": _ints(0),
-    "topk": _ints(1),
-    "logits": _names(lambda: list(inputs.KINDS), "logits kind"),
-    "tp": _ints(1),
+    "variants": checks.names(_all_variant_names, "variant"),
+    "paths": checks.names(lambda: list(PATHS), "path"),
+    "dtypes": checks.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
+    "vocab": checks.ints(1),
+    "batch": checks.ints(0),
+    "topk": checks.ints(1),
+    "logits": checks.names(lambda: list(inputs.KINDS), "logits kind"),
+    "tp": checks.ints(1),
 }
 
 
-def _scalar(kind: type, check: Callable[[Any], bool], rule: str):
-    def validate(source: str, key: str, value: Any) -> Any:
-        number_ok = kind is float and isinstance(value, int) and not isinstance(value, bool)
-        if not (isinstance(value, kind) or number_ok) or isinstance(value, bool) or not check(value):
-            raise _fail(source, key, f"expected {rule}, got {value!r}")
-        return kind(value)
-
-    return validate
+def _int_at_least(minimum: int) -> checks.Check:
+    return checks.scalar(f"an integer >= {minimum}", lambda v: checks.is_int(v) and v >= minimum)
 
 
 TIMING_CHECKS = {
-    "warmup": _scalar(int, lambda v: v >= 0, "an integer >= 0"),
-    "reps": _scalar(int, lambda v: v >= 1, "an integer >= 1"),
-    "max_seconds": _scalar(float, lambda v: v > 0, "a number of seconds > 0"),
-    "l2": _scalar(str, lambda v: v in ("cold", "hot"), "'cold' or 'hot'"),
-    "graph_unroll": _scalar(int, lambda v: 1 <= v <= 1000, "an integer from 1 to 1000"),
+    "warmup": _int_at_least(0),
+    "reps": _int_at_least(1),
+    "max_seconds": checks.scalar("a number of seconds > 0", lambda v: checks.is_number(v) and v > 0, float),
+    "l2": checks.scalar("'cold' or 'hot'", lambda v: v in ("cold", "hot")),
+    "graph_unroll": checks.scalar("an integer from 1 to 1000", lambda v: checks.is_int(v) and 1 <= v <= 1000),
 }
 INPUT_CHECKS = {
-    "seed": _scalar(int, lambda v: v >= 0, "an integer >= 0"),
-    "row_pad": _scalar(int, lambda v: v >= 0, "an integer >= 0"),
-    "scale": _scalar(float, lambda v: v > 0, "a number > 0"),
+    "seed": _int_at_least(0),
+    "row_pad": _int_at_least(0),
+    "scale": checks.scalar("a number > 0", lambda v: checks.is_number(v) and v > 0, float),
 }
 TOP_LEVEL = ("name", "description", "device", "sweep", "timing", "inputs")
 EXTRA_TABLES = ("draft",)
 
 
-def _table(source: str, name: str, raw: Any, checks: dict[str, Callable], cls: type) -> Any:
+def _table(source: str, name: str, raw: Any, table_checks: dict[str, checks.Check], cls: type) -> Any:
     if not isinstance(raw, dict):
-        raise _fail(source, f"[{name}]", f"expected a table, got {raw!r}")
-    _unknown_keys(source, name, raw, list(checks))
-    values = {key: checks[key](source, f"[{name}].{key}", value) for key, value in raw.items()}
+        raise checks.fail(source, f"[{name}]", f"expected a table, got {raw!r}")
+    checks.unknown_keys(source, f"[{name}]", raw, table_checks)
+    values = {key: table_checks[key](source, f"[{name}].{key}", value) for key, value in raw.items()}
     return cls(**values)
 
 
 def parse(data: dict[str, Any], source: str) -> Scenario:
     """Validate a parsed TOML document."""
-    _unknown_keys(source, "", data, [*TOP_LEVEL, *EXTRA_TABLES])
+    checks.unknown_keys(source, "", data, [*TOP_LEVEL, *EXTRA_TABLES])
     for key in ("name", "description", "device"):
         if key in data and not isinstance(data[key], str):
-            raise _fail(source, key, f"expected a string, got {data[key]!r}")
+            raise checks.fail(source, key, f"expected a string, got {data[key]!r}")
     device = data.get("device", "auto")
     if device != "auto" and device.split(":")[0] not in ("cpu", "cuda"):
-        raise _fail(source, "device", f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    raw_sweeps = data.get("sweep", {})
+        raise checks.fail(source, "device", f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    # a file with only [draft] tables has no kernel-level sweep; `sweep = []` says so explicitly
+    raw_sweeps = data.get("sweep", [] if "draft" in data else {})
     sweeps = tuple(
         _table(
             source, "sweep" if isinstance(raw_sweeps, dict) else f"sweep#{i + 1}", raw, SWEEP_CHECKS, Sweep
         )
         for i, raw in enumerate(raw_sweeps if isinstance(raw_sweeps, list) else [raw_sweeps])
     )
+    if "draft" in data:
+        from perfsuite.draft.spec import parse_draft
+
+        parse_draft(data["draft"], source)  # a bad [draft] table is refused now, not mid-run
     return Scenario(
         name=data.get("name", Path(source).stem),
         source=source,

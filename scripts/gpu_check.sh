@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One short GPU check, for a CUDA or ROCm machine with torch and triton already installed and no network:
 #   1. the machine and versions; 2. the test suite on the GPU; 3. the compact sweep (scenarios/gpu_compact.toml)
-#   into CSV + HTML; 4. a summary table (every variant per case, Triton targets); 5. multi-GPU section.
+#   into CSV + HTML; 4. a summary table (every variant per case, Triton targets); 5. the draft loop, eager and
+#   graph-captured (scenarios/draft_quick.toml); 6. tensor parallel, where more than one GPU is visible.
 # Usage: scripts/gpu_check.sh [OUT_DIR]     (default: $OUT if set, else reports/gpu-check)
 # Pure-Python dependencies the machine lacks (plotly, jinja2, tqdm, ...) are taken from .whl/ when present:
 # fetch them beforehand on a machine with network access with scripts/fetch_wheels.sh.
@@ -44,12 +45,18 @@ sweep_status=${PIPESTATUS[0]}
 echo "== summary"
 "$PY" -m perfsuite.report.summary "$OUT_DIR/results.csv" --out "$OUT_DIR/summary.md" | head -n 80
 
-echo "== multi-GPU"
-gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
-if [ "${gpus:-0}" -gt 1 ] && [ -f scenarios/tp_models.toml ]; then
-  timeout 600 "$PY" -m perfsuite run scenarios/tp_models.toml --out "$OUT_DIR/tp" --no-progress 2>&1 | tail -n 5
+echo "== draft loop (eager and graph)"
+timeout 300 "$PY" -m perfsuite run scenarios/draft_quick.toml --out "$OUT_DIR/draft" --no-progress 2>&1 | tail -n 8
+
+echo "== tensor parallel (perfsuite.distributed)"
+gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+if [ "${gpus:-0}" -gt 1 ]; then
+  timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/test_distributed.py -k nccl 2>&1 | tail -n 3
+  # tp sizes above the visible GPU count become skipped rows with the reason
+  timeout 600 "$PY" -m perfsuite run scenarios/tp_models.toml --out "$OUT_DIR/tp" --no-progress 2>&1 | tail -n 8
 else
-  echo "skipped: ${gpus:-0} GPU visible, the tensor-parallel section needs more than one" | tee "$OUT_DIR/tp-skipped.txt"
+  echo "skipped: ${gpus:-0} GPU visible; tensor parallel needs at least 2 (one per rank)" \
+    | tee "$OUT_DIR/tp-skipped.txt"
 fi
 
 echo "tests exit $tests_status, sweep exit $sweep_status; files in $OUT_DIR"

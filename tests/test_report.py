@@ -325,4 +325,4 @@ def test_report_fills_speedups_and_survives_nan_columns(frame: pd.DataFrame, tmp
 
 def test_report_empty_frame(tmp_path: Path) -> None:
     html = build_report(to_frame([]), tmp_path / "empty.html").read_text(encoding="utf-8")
-    assert "nothing to plot" in html and "not drawn (" not in html
+    assert "No result rows: nothing to plot" in html and "not drawn (" not in html

@@ -171,3 +171,58 @@ def test_report_on_a_bad_file_exits_2(tmp_path, capsys):
 def test_variants_command(capsys):
     assert cli.main(["variants"]) == 0
     assert "argmax_ones" in capsys.readouterr().out
+
+
+MIXED = """
+name = "mixed"
+[[sweep]]
+variants = ["full_softmax", "identity"]
+dtypes = ["float32"]
+vocab = [300]
+batch = [2]
+topk = [2]
+logits = ["ties"]
+[[sweep]]
+variants = ["allgather_full_softmax", "sharded_torch"]
+dtypes = ["float32"]
+vocab = [301]
+batch = [2]
+topk = [2]
+logits = ["ties"]
+tp = [2]
+[draft]
+variants = ["full_softmax", "argmax_ones"]
+dtypes = ["float32"]
+vocab = 64
+hidden = 8
+batch = 2
+topk = 2
+num_steps = 2
+logits = "head"
+cycles = 2
+kernels = false
+selection_share = false
+[timing]
+warmup = 1
+reps = 3
+max_seconds = 0.05
+l2 = "hot"
+"""
+
+
+def test_one_run_covers_kernels_tensor_parallel_and_the_draft_loop(tmp_path, capsys):
+    path = tmp_path / "mixed.toml"
+    path.write_text(MIXED)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    frame = pd.read_csv(out / "results.csv")
+    assert set(frame["tp"]) == {1, 2} and set(frame["status"]) == {"ok"}
+    tp = frame[frame["tp"] == 2].set_index("variant")
+    assert set(tp["verdict"]) == {"pass"} and tp.loc["allgather_full_softmax", "speedup_vs_full"] == 1.0
+    assert (tp["comm_bytes_model"] > 0).all()  # extra columns of tensor-parallel rows are kept
+    draft = pd.read_csv(out / "draft.csv")
+    assert set(draft["variant"]) == {"full_softmax", "argmax_ones"} and set(draft["status"]) == {"ok"}
+    page = (out / "report.html").read_text()
+    assert 'id="tp"' in page and 'id="draft"' in page and 'id="summary"' in page
+    printed = capsys.readouterr().out
+    assert "2 draft cases: 2 ok" in printed and "4 cases: 4 ok" in printed

@@ -11,9 +11,20 @@ from perfsuite.results import to_frame
 def rows(batch: int, vocab: int, times: dict[str, float], copy: float = 50.0) -> list[dict[str, object]]:
     accuracy = {"full_softmax": "rounded", "argmax_ones": "inexact"}
     return [
-        {"device": "GPU", "path": "graph", "dtype": "bfloat16", "vocab": vocab, "batch": batch, "topk": 1,
-         "variant": v, "accuracy": accuracy.get(v, "exact"), "status": "ok", "median_us": t,
-         "pct_copy": copy, "logits": "gaussian"}
+        {
+            "device": "GPU",
+            "path": "graph",
+            "dtype": "bfloat16",
+            "vocab": vocab,
+            "batch": batch,
+            "topk": 1,
+            "variant": v,
+            "accuracy": accuracy.get(v, "exact"),
+            "status": "ok",
+            "median_us": t,
+            "pct_copy": copy,
+            "logits": "gaussian",
+        }
         for v, t in times.items()
     ]
 

@@ -6,6 +6,7 @@ missing combination or an all-NaN column turns into a one-line note instead of a
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import plotly.offline
 from markupsafe import Markup
 from plotly.subplots import make_subplots
 
+from perfsuite.counters import FLAG_TOLERANCE, flagged
 from perfsuite.report.load import coerce
 
 BASELINE = "full_softmax"
@@ -29,7 +31,8 @@ INEXACT_SHORTCUT = "argmax_ones"
 DEFAULT_TITLE = "perfsuite: top-k selection of the draft step"
 TEMPLATES = Path(__file__).parent / "templates"
 DIMENSIONS = ("device", "backend", "variant", "accuracy", "path", "dtype", "logits", "l2", "status")
-ENVIRONMENT_COLUMNS = ("device", "backend", "runtime", "torch", "triton", "git_sha", "scenario")
+ENVIRONMENT_COLUMNS = ("device", "backend", "runtime", "driver", "torch", "triton", "git_sha", "scenario")
+SUMMARY_ENVIRONMENT = ("backend", "runtime", "driver", "torch", "triton", "git_sha")
 MAX_FACET_COLUMNS = 5  # batch sizes per latency / bandwidth figure
 MAX_SLICES = 4  # figures per (path, topk, l2) combination
 MAX_HEATMAP_ROWS = 8
@@ -104,6 +107,7 @@ def build_report(
     out_path: str | Path,
     *,
     edge_cases: pd.DataFrame | None = None,
+    draft: pd.DataFrame | None = None,
     environment: dict[str, str] | None = None,
     title: str = DEFAULT_TITLE,
 ) -> Path:
@@ -111,28 +115,77 @@ def build_report(
 
     `out_path` may be a directory (the file is then `report.html` in it). `edge_cases` is the edge-case
     matrix (pattern, description, dtype, topk, variant, index, topk_p, index_valid, same_as_baseline,
-    error); `environment` overrides what the frame's columns say about the machine and the run.
+    error); `draft` the draft-loop rows (perfsuite.draft); tensor-parallel rows in `results` get a
+    section of their own. `environment` overrides what the frame's columns say about the machine and run.
     """
     out = Path(out_path)
     if out.is_dir() or out.suffix == "":
         out = out / "report.html"
-    ctx = _Context.of(results)
+    single, tensor_parallel = split_tensor_parallel(results)
+    ctx = _Context.of(single)
+    kernel_level = len(single) > 0  # a draft-only or tensor-parallel-only run has no single-device rows
+    every = ctx if tensor_parallel.empty else _Context.of(results)
     sections = [
-        _summary_section(ctx),
-        _plots_section(ctx),
-        _parity_section(ctx),
+        *(
+            [_summary_section(ctx), _plots_section(ctx), _traffic_section(ctx), _parity_section(ctx)]
+            if kernel_level
+            else []
+        ),
+        _fragment_section(
+            "tp",
+            "Tensor parallel: all-gather then select vs merge partials",
+            tensor_parallel,
+            "perfsuite.distributed.report",
+            "tp_html",
+        ),
+        _fragment_section(
+            "draft",
+            "Draft loop: the selection where engines consume it",
+            draft,
+            "perfsuite.report.draft_section",
+            "draft_html",
+        ),
         _edge_case_section(edge_cases),
-        _skipped_section(ctx),
-        _results_section(ctx),
+        *([_skipped_section(every), _results_section(every)] if len(results) else []),
         _environment_section(ctx, environment),
     ]
-    html = _render(title, ctx, [s for s in sections if s is not None])
+    sections = [s for s in sections if s is not None]
+    if not len(results) and (draft is None or draft.empty):
+        sections.insert(0, Section("summary", "Summary", [Note("No result rows: nothing to plot.")]))
+    html = _render(title, ctx, sections)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return out
 
 
+def split_tensor_parallel(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(single-device rows, tensor-parallel rows): the latter have tp > 1 or a tensor-parallel variant."""
+    from perfsuite.distributed import tp_variants
+
+    tp = pd.to_numeric(results["tp"], errors="coerce").fillna(1) if "tp" in results else 1
+    mask = (tp > 1) | results["variant"].isin(tp_variants.names())
+    return results[~mask], results[mask]
+
+
+def _fragment_section(
+    section_id: str, title: str, frame: pd.DataFrame | None, module: str, function: str
+) -> Section | None:
+    """A section whose body another module renders (`module.function(frame) -> html`); None without rows."""
+    if frame is None or frame.empty:
+        return None
+    try:
+        body = getattr(importlib.import_module(module), function)(frame)
+    except Exception as exc:  # a broken section must not cost the whole report
+        return Section(section_id, title, [Note(f"{title}: not drawn ({type(exc).__name__}: {exc})")])
+    return Section(section_id, title, [Figure(section_id, Markup(body))])
+
+
 def _render(title: str, ctx: _Context, sections: list[Section]) -> str:
+    return render_page(title, ctx.subtitle(), sections)
+
+
+def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
+    """A self-contained page (plotly.js inlined once) of sections, in the report's template and style."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -142,7 +195,7 @@ def _render(title: str, ctx: _Context, sections: list[Section]) -> str:
     )
     return env.get_template("report.html").render(
         title=title,
-        subtitle=ctx.subtitle(),
+        subtitle=subtitle,
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=sections,
         plotly_js=Markup(plotly.offline.get_plotlyjs()),
@@ -579,7 +632,7 @@ def _speedup_figures(ctx: _Context) -> list[Block]:
 def _speedup_heatmap(data: pd.DataFrame, variant: str) -> list[Block]:
     part = data[data["variant"] == variant]
     row_keys = ["device", *_varying(part, ["path", "topk", "l2"])]
-    all_rows = [r if isinstance(r, tuple) else (r,) for r in part.groupby(row_keys, sort=False).groups]
+    all_rows = list(part[row_keys].drop_duplicates().itertuples(index=False, name=None))
     all_rows.sort(key=lambda r: [_rank(v) for v in r])
     rows = all_rows[:MAX_HEATMAP_ROWS]
     dtypes = _ordered(part["dtype"], DTYPE_ORDER)
@@ -735,10 +788,23 @@ def _weighted_mismatch(part: pd.DataFrame) -> pd.Series:
 
 def _summary_section(ctx: _Context) -> Section:
     section = Section("summary", "Summary", intro=_summary_intro(ctx))
+    section.blocks += _guard("measured on", lambda: _measured_on(ctx))
     section.blocks += _guard("fastest exact variant", lambda: _fastest_exact_table(ctx))
     section.blocks += _guard("argmax_ones trade", lambda: _argmax_table(ctx))
     section.blocks += _guard("top-1 mismatch", lambda: _mismatch_figure(ctx))
+    section.blocks += _guard("measured bytes", lambda: _traffic_finding(ctx))
     return section
+
+
+def _measured_on(ctx: _Context) -> list[Block]:
+    """Where each device's figures come from: backend, runtime, driver, torch, triton, perfsuite commit."""
+    rows = []
+    for device, part in ctx.frame.groupby("device", sort=True):
+        values = _frame_environment(part)
+        rows.append([str(device), *(values.get(c, "") for c in SUMMARY_ENVIRONMENT)])
+    if not rows:
+        return []
+    return [Table(["measured on", *SUMMARY_ENVIRONMENT], rows, "", css="compact")]
 
 
 def _summary_intro(ctx: _Context) -> str:
@@ -785,9 +851,10 @@ def _fastest_exact_table(ctx: _Context) -> list[Block]:
 
 
 def _fastest_findings(best: pd.DataFrame) -> list[Note]:
-    """One line per device: which exact variant wins most cells, and its speedups over full_softmax."""
+    """A line per device and dtype: the exact variant winning most cells, its speedups over full_softmax."""
     notes = []
-    for device, part in best.groupby("device", sort=True):
+    for (device, dtype), part in best.groupby(["device", "dtype"], sort=True):
+        device = f"{device} · {dtype}"
         winner = part["variant"].value_counts()
         name, wins = winner.index[0], int(winner.iloc[0])
         speedups = part.loc[part["variant"] == name, "speedup"].dropna()
@@ -886,6 +953,77 @@ def _plots_section(ctx: _Context) -> Section:
     ):
         section.blocks += _guard(name, lambda b=build: b(ctx))
     return section
+
+
+def _counted(ctx: _Context) -> pd.DataFrame:
+    """ok rows that went through `run --counters` (measured or with the reason they were not)."""
+    counters = ctx.ok["counters"].astype(object)
+    return ctx.ok[counters.notna() & counters.astype(str).str.strip().ne("")]
+
+
+def _traffic_finding(ctx: _Context) -> list[Block]:
+    counted = _counted(ctx)
+    measured = counted[counted["bytes_measured"].notna()]
+    if counted.empty:
+        return []
+    if measured.empty:
+        return [Note(f"Measured HBM bytes: none ({counted['counters'].iloc[0]}).")]
+    off = int(flagged(measured).sum())
+    return [
+        Note(
+            f"Measured HBM bytes: {len(measured)} cases; {off} differ from the bytes model by more than "
+            f"{100 * FLAG_TOLERANCE:.0f} % (see 'Measured HBM traffic')."
+        )
+    ]
+
+
+def _traffic_section(ctx: _Context) -> Section | None:
+    counted = _counted(ctx)
+    if counted.empty:
+        return None
+    section = Section(
+        "traffic",
+        "Measured HBM traffic",
+        intro="Bytes one call moved by the hardware counters (ncu dram__bytes_read/write.sum, rocprofv3 "
+        f"FETCH_SIZE/WRITE_SIZE) next to the variant's bytes model; more than {100 * FLAG_TOLERANCE:.0f} % "
+        "apart is flagged (red). Median over logits distributions.",
+    )
+    section.blocks += _guard("traffic table", lambda: _traffic_table(counted))
+    return section
+
+
+def _traffic_table(counted: pd.DataFrame) -> list[Block]:
+    measured = counted[counted["bytes_measured"].notna()]
+    blocks: list[Block] = []
+    missing = counted[counted["bytes_measured"].isna()]
+    if len(missing):
+        reasons = missing["counters"].value_counts()
+        text = "; ".join(f"{n} cases: {reason}" for reason, n in reasons.head(5).items())
+        blocks.append(Note(f"Not measured: {text}."))
+    if measured.empty:
+        return blocks
+    keys = ["device", "variant", "path", "dtype", "batch", "vocab", "topk", "l2"]
+    values = ["bytes_model", "bytes_measured", "bytes_read_measured", "bytes_write_measured"]
+    agg = measured.groupby(keys, dropna=False, sort=True)[values].median().reset_index()
+    agg["ratio"] = agg["bytes_measured"] / agg["bytes_model"]
+    agg["off"] = flagged(agg.rename(columns={"ratio": "bytes_measured_vs_model"}))
+    agg = agg.sort_values("off", ascending=False, kind="stable")  # flagged cases first
+    off = agg["off"]
+    rows = []
+    for rec, bad in zip(agg.to_dict("records"), off, strict=True):
+        rows.append(
+            [
+                *(_fmt(rec[k]) for k in keys),
+                _mib(rec["bytes_model"]),
+                _mib(rec["bytes_measured"]),
+                _mib(rec["bytes_read_measured"]),
+                _mib(rec["bytes_write_measured"]),
+                Cell(_fmt(rec["ratio"]), "loss" if bad else "", "model off by > 20 %" if bad else ""),
+            ]
+        )
+    columns = [*keys, "model", "measured", "read", "written", "measured / model"]
+    caption = f"{len(agg)} cases, {int(off.sum())} flagged (listed first)."
+    return [*blocks, Table(columns, rows, caption, css="compact")]
 
 
 def _parity_section(ctx: _Context) -> Section:

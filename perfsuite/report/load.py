@@ -21,6 +21,7 @@ NUMERIC_COLUMNS = (
     "vocab",
     "batch",
     "topk",
+    "tp",
     "median_us",
     "p20_us",
     "p80_us",
@@ -28,6 +29,10 @@ NUMERIC_COLUMNS = (
     "speedup_vs_full",
     "bytes_model",
     "bytes_ideal",
+    "bytes_measured",
+    "bytes_read_measured",
+    "bytes_write_measured",
+    "bytes_measured_vs_model",
     "gbps",
     "gbps_ideal",
     "peak_gbps",
@@ -94,6 +99,7 @@ def coerce(frame: pd.DataFrame) -> pd.DataFrame:
         if column not in frame:
             frame[column] = float("nan")
     frame = frame[list(COLUMNS) + [c for c in frame.columns if c not in COLUMNS]]
+    frame["tp"] = pd.to_numeric(frame["tp"], errors="coerce").fillna(1)  # files from before tp: one device
     for column in NUMERIC_COLUMNS:
         values = pd.to_numeric(frame[column], errors="coerce").astype("float64")
         frame[column] = _maybe_int(values)

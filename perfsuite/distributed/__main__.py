@@ -1,0 +1,13 @@
+"""`python -m perfsuite.distributed SCENARIO --tp N --out FILE.jsonl`, under torchrun."""
+
+import os
+import sys
+
+from perfsuite.distributed.worker import main
+
+code = main()
+sys.stdout.flush()
+sys.stderr.flush()
+# Skip interpreter teardown: gloo's worker threads can abort the process while it finalises, even after
+# destroy_process_group (pytorch/pytorch#179291); every row is already written and flushed.
+os._exit(code)

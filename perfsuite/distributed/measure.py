@@ -1,0 +1,68 @@
+"""Timing a collective call: every rank samples together, a sample's time is the slowest rank's.
+
+Before each sample: the cache flush (cold) or, on a GPU, a short spin (hot), then a barrier. A sample is
+`time.perf_counter` around the call on the CPU, device events around it on a GPU (the collective waits on
+the other ranks inside it). One all-reduce MAX per sample gives every rank the same per-sample time and
+the same elapsed time, so all ranks stop sampling after the same sample.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from perfsuite.device import DeviceInfo, synchronize
+from perfsuite.distributed.group import Group
+from perfsuite.scenario import Timing
+from perfsuite.timing import SPIN_CYCLES, Samples, cache_flusher
+
+
+class RankSampler:
+    """One synchronised sample of `call` on this rank, in seconds (before the max over ranks)."""
+
+    def __init__(self, call: Callable[[], object], group: Group, info: DeviceInfo, timing: Timing):
+        self.call, self.group, self.info = call, group, info
+        self.flush = cache_flusher(info) if timing.l2 == "cold" else None
+        self.events = info.is_gpu
+        base = "device events" if self.events else "host perf_counter"
+        self.method = f"{base}, max over {group.size} ranks, barrier before each sample"
+
+    def sample(self) -> float:
+        if self.events:
+            return self._device_sample()
+        if self.flush:
+            self.flush()
+        self.group.barrier()
+        start = time.perf_counter()
+        self.call()
+        return time.perf_counter() - start
+
+    def _device_sample(self) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        synchronize(self.group.device)
+        self.group.barrier()
+        if self.flush:  # the call's launches queue behind the flush (or the spin), as in perfsuite.timing
+            self.flush()
+        else:
+            torch.cuda._sleep(SPIN_CYCLES)
+        start.record()
+        self.call()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+
+
+def measure(sampler: RankSampler, timing: Timing) -> Samples:
+    """Warm up, then sample until `reps` samples or `max_seconds` (at least 3), decided the same on all
+    ranks from the all-reduced figures; each sample is the slowest rank's time."""
+    for _ in range(timing.warmup):
+        sampler.sample()
+    seconds: list[float] = []
+    start = time.perf_counter()
+    while True:
+        slowest, elapsed = sampler.group.max([sampler.sample(), time.perf_counter() - start])
+        seconds.append(slowest)
+        if len(seconds) >= timing.reps or (len(seconds) >= 3 and elapsed >= timing.max_seconds):
+            return Samples(tuple(seconds), sampler.method)

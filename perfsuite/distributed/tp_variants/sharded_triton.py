@@ -1,0 +1,67 @@
+"""`sharded_triton`: the split kernel's partials over each rank's columns, all-gathered, merged in Triton."""
+
+from __future__ import annotations
+
+import torch
+
+from perfsuite.distributed import partials
+from perfsuite.distributed.shard import padded_width
+from perfsuite.distributed.tp_variants.base import Local, TPVariant, partial_wire_bytes
+from perfsuite.kernels import availability
+from perfsuite.kernels import plan as plans
+from perfsuite.variants.base import Traffic, ideal_traffic
+
+
+def parts_per_rank(batch: int, vocab: int, k: int, tp: int, sms: int) -> tuple[int, int]:
+    """(chunk, parts): the split plan for one rank's slice, the same on every rank (shapes must match)."""
+    width = padded_width(vocab, tp)
+    chunk = plans.split_plan(batch, width, k, sms).chunk
+    return chunk, -(-width // chunk)
+
+
+def select(local: Local, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`row_partials` over the rank's columns (`index_offset` = its first column), packed to the wire,
+    all-gathered, and merged by `merge_partials` over every rank's parts (lowest index first)."""
+    from perfsuite.kernels import topk_softmax
+
+    x, shard = local.logits, local.shard
+    batch, width = x.shape
+    chunk, parts = parts_per_rank(batch, shard.vocab, k, shard.tp, plans.sm_count(x.device))
+    if width == 0:
+        wire = partials.empty_wire(batch, parts, k, x.device)
+    else:
+        part = topk_softmax.row_partials(x, min(k, width), chunk=chunk, index_offset=shard.start)
+        wire = partials.pack(part.max, part.sumexp, part.values, part.indices, k, parts)
+    gathered = partials.interleave(local.group.all_gather(wire))  # [B, tp * parts, 2 + 2k]
+    return topk_softmax.merge_partials(topk_softmax.Partials(*partials.unpack(gathered)), k)
+
+
+def _sms() -> int:
+    return plans.sm_count(torch.device("cuda") if torch.cuda.is_available() else None)
+
+
+def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> Traffic:
+    """One read of the rank's slice and the outputs, plus the partials: written by stage 1, packed,
+    gathered from tp ranks, interleaved and unpacked, read by the merge (plan for this device)."""
+    _, parts = parts_per_rank(batch, vocab, k, tp, _sms())
+    part, wire = plans.partial_bytes(batch, parts, k), partial_wire_bytes(batch, k, parts)
+    stage1, pack, gather = Traffic(0, part), Traffic(part, wire), Traffic(wire, tp * wire)
+    unpack, merge = Traffic(tp * wire, tp * wire) + Traffic(tp * wire, tp * part), Traffic(tp * part, 0)
+    return ideal_traffic(batch, padded_width(vocab, tp), k, dtype) + stage1 + pack + gather + unpack + merge
+
+
+def comm_bytes(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> int:
+    """(tp - 1) ranks' partials: `B x parts x (2 + 2k)` 32-bit numbers each (parts from the split plan)."""
+    _, parts = parts_per_rank(batch, vocab, k, tp, _sms())
+    return (tp - 1) * partial_wire_bytes(batch, k, parts)
+
+
+VARIANT = TPVariant(
+    name="sharded_triton",
+    select=select,
+    accuracy="exact",
+    traffic=traffic,
+    comm_bytes=comm_bytes,
+    summary="Triton row_partials per rank (global indices), all-gather partials, Triton merge_partials",
+    available=availability,
+)

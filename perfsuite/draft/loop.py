@@ -1,0 +1,171 @@
+"""The draft cycle as EAGLE/MTP workers run it: draft extend, then a multi-step tree draft decode.
+
+A cycle (one per verification round) is
+1. draft extend: the head runs over the accepted tokens (with the target's hidden states), the logits of
+   the last position go through the selector: step 0's `topk_p, topk_index` and its hidden state;
+2. draft decode, `num_steps` steps. Step 0 takes the extend's top-k as the first tree level. Each later
+   step runs the head on the `k` tokens chosen last (with their parents' hidden states), selects top-k
+   over the vocabulary for each of them, expands the path scores `scores[..., None] * topk_p` to `k * k`
+   candidates, keeps the best `k` with their parents and feeds those tokens back in;
+3. the engine-style organisation: the best `num_draft_tokens - 1` of all step scores, their positions
+   sorted, the draft tokens gathered there, and the parent list of every tree level but the last.
+
+The vocabulary selection is pluggable (`Selector`): any `perfsuite.variants` entry. The `k * k` candidate
+selection and the tree organisation use `torch.max`/`torch.topk` on the scores, as engines do.
+Everything is written without host syncs, so a whole cycle can be captured into one CUDA/HIP graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from perfsuite.draft.head import DraftHead
+from perfsuite.variants.base import Selector
+from perfsuite.variants.ordering import topk_lowest_index
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """The draft tree's shape."""
+
+    topk: int
+    num_steps: int
+    num_draft_tokens: int
+
+    @property
+    def candidates(self) -> int:
+        """Scored tree positions: `k` at step 0, `k * k` at each later step."""
+        return self.topk + (self.num_steps - 1) * self.topk**2
+
+    @property
+    def parents_width(self) -> int:
+        """Columns of the parent list: `k + 1` for step 0 and `k` per step after it, the last excluded."""
+        return 0 if self.num_steps == 1 else self.topk + 1 + (self.num_steps - 2) * self.topk
+
+    @property
+    def extend_tokens(self) -> int:
+        """Tokens per sequence in the draft-extend pass: the engines' padded accept length."""
+        return self.num_steps + 1
+
+    @property
+    def selections(self) -> int:
+        """Vocabulary selections per cycle: one in draft extend, one per draft forward."""
+        return self.num_steps
+
+    def problem(self) -> str | None:
+        """Why this tree cannot be organised, or None."""
+        if self.num_draft_tokens - 1 > self.candidates:
+            return (
+                f"num_draft_tokens - 1 = {self.num_draft_tokens - 1} exceeds the {self.candidates} scored "
+                f"positions of a topk {self.topk}, num_steps {self.num_steps} tree"
+            )
+        return None
+
+
+class DraftTree(NamedTuple):
+    """What the verifier consumes, plus the raw step outputs (for checks)."""
+
+    draft_tokens: torch.Tensor  # int64 [B, n - 1]: tokens at the chosen positions, in position order
+    parents: torch.Tensor  # int64 [B, parents_width]: parent position of each group of k candidates
+    positions: torch.Tensor  # int64 [B, n - 1]: chosen positions, sorted (SGLang's top_scores_index)
+    scores: torch.Tensor  # float32 [B, n - 1]: path scores at the chosen positions
+    all_scores: torch.Tensor  # float32 [B, candidates]: path score of every scored position
+    all_tokens: torch.Tensor  # int64 [B, candidates]: token of every scored position
+
+
+def fast_topk(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The engines' `fast_topk` over the last dimension: `max` for k == 1, else `topk`."""
+    if k == 1:
+        return torch.max(values, dim=-1, keepdim=True)
+    return torch.topk(values, k, dim=-1)
+
+
+def reference_select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 truth: softmax in float64, top-k with ties to the lowest index."""
+    values, index = topk_lowest_index(torch.softmax(logits.double(), dim=-1), k)
+    return values.float(), index
+
+
+def constant_select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A no-op selection of the same output shape (two fill kernels): the cycle without the selection."""
+    rows = logits.shape[0]
+    topk_p = torch.full((rows, k), 1.0 / k, dtype=torch.float32, device=logits.device)
+    topk_index = torch.arange(k, device=logits.device).expand(rows, k)
+    return topk_p, topk_index
+
+
+class DraftLoop:
+    """A draft head, a selector and a tree shape: `cycle(tokens, hidden) -> DraftTree`."""
+
+    def __init__(self, head: DraftHead, select: Selector, config: LoopConfig):
+        problem = config.problem()
+        if problem:
+            raise ValueError(problem)
+        self.head, self.select, self.config = head, select, config
+
+    def extend(
+        self, tokens: torch.Tensor, target_hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Draft extend: tokens `[B, L]`, hidden `[B, L, H]` -> step-0 `topk_p`, `topk_index`, hidden."""
+        batch, length = tokens.shape
+        flat = self.head.step(tokens.reshape(-1), target_hidden.reshape(batch * length, -1))
+        last = flat.view(batch, length, -1)[:, -1]
+        topk_p, topk_index = self.select(self.head.logits(last), self.config.topk)
+        return topk_p, topk_index, last
+
+    def decode(self, topk_p: torch.Tensor, topk_index: torch.Tensor, hidden: torch.Tensor) -> DraftTree:
+        """Draft decode from the extend's top-k: `num_steps` tree levels, then the engine organisation."""
+        k, batch = self.config.topk, topk_p.shape[0]
+        device = topk_p.device
+        scores = topk_p
+        input_ids = topk_index.reshape(-1)
+        hidden = hidden.repeat_interleave(k, dim=0)
+        score_list, token_list = [topk_p], [topk_index]
+        parent_list = [torch.arange(-1, k, device=device).expand(batch, k + 1)]
+        row_base = torch.arange(batch, device=device).unsqueeze(1) * k
+        for step in range(1, self.config.num_steps):
+            hidden = self.head.step(input_ids, hidden)
+            step_p, step_index = self.select(self.head.logits(hidden), k)
+            expanded = (scores.unsqueeze(2) * step_p.view(batch, k, k)).view(batch, k * k)
+            scores, chosen = fast_topk(expanded, k)
+            step_index = step_index.reshape(batch, k * k)
+            score_list.append(expanded)
+            token_list.append(step_index)
+            parent_list.append(chosen + (k * k * (step - 1) + k))
+            if step < self.config.num_steps - 1:
+                input_ids = step_index.gather(1, chosen).reshape(-1)
+                hidden = hidden[(chosen // k + row_base).reshape(-1)]
+        return self.organize(score_list, token_list, parent_list)
+
+    def organize(
+        self, score_list: list[torch.Tensor], token_list: list[torch.Tensor], parent_list: list[torch.Tensor]
+    ) -> DraftTree:
+        """The best `num_draft_tokens - 1` positions over all levels, sorted; tokens and parents for them."""
+        all_scores = torch.cat(score_list, dim=1)
+        all_tokens = torch.cat(token_list, dim=1)
+        positions = torch.topk(all_scores, self.config.num_draft_tokens - 1, dim=-1).indices
+        positions = torch.sort(positions, dim=-1).values
+        batch = all_scores.shape[0]
+        if len(parent_list) > 1:
+            parents = torch.cat(parent_list[:-1], dim=1)
+        else:
+            parents = torch.empty((batch, 0), dtype=torch.int64, device=all_scores.device)
+        return DraftTree(
+            all_tokens.gather(1, positions),
+            parents,
+            positions,
+            all_scores.gather(1, positions),
+            all_scores,
+            all_tokens,
+        )
+
+    def cycle(self, tokens: torch.Tensor, target_hidden: torch.Tensor) -> DraftTree:
+        """One draft cycle: draft extend over the accepted tokens, then draft decode."""
+        return self.decode(*self.extend(tokens, target_hidden))
+
+    def cycle_tuple(self, tokens: torch.Tensor, target_hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`cycle` returning a plain tuple (what graph capture and torch.compile see)."""
+        return tuple(self.cycle(tokens, target_hidden))

@@ -1,0 +1,346 @@
+"""Draft cases to rows: time per cycle, the selection's share, consumer parity and kernels per cycle.
+
+`run_draft(scenario, info, env, progress)` yields one row per case of the scenario's `[draft]` tables as
+each finishes. A case that cannot run here is a `skipped` row with its reason, one that breaks an `error`
+row; the sweep goes on. Figures are named in `DRAFT_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from perfsuite import kernels, memory, paths, timing, variants
+from perfsuite.device import DeviceInfo
+from perfsuite.draft import consumer
+from perfsuite.draft.clock import cycle_sampler, device_sampler, measure_paired
+from perfsuite.draft.columns import DRAFT_COLUMNS
+from perfsuite.draft.counting import count_kernels
+from perfsuite.draft.graph import GraphCache, graph_body, timing_unroll
+from perfsuite.draft.head import DraftHead, HeadConfig, inputs_for
+from perfsuite.draft.loop import DraftLoop, DraftTree, constant_select, reference_select
+from perfsuite.draft.spec import DraftCase, expand_draft
+from perfsuite.runner import failure, stamp
+from perfsuite.scenario import Scenario
+from perfsuite.variants.base import Selector
+
+NAN = float("nan")
+NOOP = "(no-op selection)"
+SELECTION_METHOD = (
+    "cycle minus the same cycle with the selection replaced by a constant of its shape, sampled alternately"
+)
+SCORE_TOLERANCE = 0.05
+"""Relative score difference beyond what bf16 rounding of a few probabilities along a path explains."""
+
+
+def run_draft(
+    scenario: Scenario, info: DeviceInfo, env: dict[str, object], progress: bool = True
+) -> Iterator[dict[str, object]]:
+    """One row per draft case of `scenario`, yielded as each finishes.
+
+    A malformed `[draft]` table raises `ScenarioError` before any case runs; after that nothing raises for
+    one case (status skipped / error with its reason).
+    """
+    cases = expand_draft(scenario)
+    runner = DraftRunner(info, env)
+    try:
+        for case in _progress(cases, progress):
+            yield runner.run(case)
+    finally:
+        runner.close()
+
+
+def _progress(cases: list[DraftCase], enabled: bool) -> Iterable[DraftCase]:
+    if not enabled or not cases:
+        return cases
+    from tqdm import tqdm
+
+    return tqdm(cases, unit="case", desc="draft", file=sys.stderr, dynamic_ncols=True)
+
+
+def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:
+    """Every column, identifying ones filled, figures NaN."""
+    row: dict[str, object] = dict.fromkeys(DRAFT_COLUMNS, NAN)
+    row.update({k: v for k, v in env.items() if k in DRAFT_COLUMNS})
+    head, loop = case.head, case.loop
+    row.update(
+        scenario=case.scenario,
+        case_id=case.case_id,
+        variant=case.variant,
+        accuracy=variants.get(case.variant).accuracy if case.variant in variants.names() else "",
+        path=case.path,
+        dtype=head.dtype,
+        vocab=head.vocab,
+        hidden=head.hidden,
+        layers=head.layers,
+        batch=case.batch,
+        topk=loop.topk,
+        num_steps=loop.num_steps,
+        num_draft_tokens=loop.num_draft_tokens,
+        logits=head.logits,
+        l2=case.timing.l2,
+        selections_per_cycle=loop.selections,
+        status="ok",
+        reason="",
+    )
+    return row
+
+
+@dataclass
+class _ConfigState:
+    """What cases of one (head, batch, tree) configuration share."""
+
+    key: tuple
+    inputs: list[tuple[torch.Tensor, torch.Tensor]]
+    ref: list[DraftTree] | None = None
+    eager: dict[str, list[DraftTree]] = field(default_factory=dict)
+
+
+@dataclass
+class DraftRunner:
+    """Runs draft cases on one device, keeping one head, its inputs, reference trees and graphs."""
+
+    info: DeviceInfo
+    env: dict[str, object]
+    device: torch.device = field(init=False)
+    graphs: GraphCache | None = field(init=False, default=None)
+    _head: DraftHead | None = field(init=False, default=None)
+    _state: _ConfigState | None = field(init=False, default=None)
+    _compiled: dict[tuple, Callable] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.device = torch.device(self.info.device)
+
+    # ------------------------------------------------------------------------------------- per case
+
+    def run(self, case: DraftCase) -> dict[str, object]:
+        """Measure one case; always returns a row (status ok, skipped or error)."""
+        row = case_row(case, self.env)
+        try:
+            reason = self.skip_reason(case)
+            if reason:
+                row.update(status="skipped", reason=reason)
+            else:
+                row.update(self._measure(case))
+        except Exception as exc:  # one broken case must not stop the sweep
+            row.update(failure(exc))
+        row.update(stamp())
+        return row
+
+    def skip_reason(self, case: DraftCase) -> str | None:
+        """Why a case cannot run here, decided before anything is allocated."""
+        if case.variant not in variants.names():
+            return f"unknown variant {case.variant!r}"
+        variant = variants.get(case.variant)
+        head, loop = case.head, case.loop
+        if loop.topk > head.vocab:
+            return f"topk {loop.topk} > vocab {head.vocab}"
+        reason = loop.problem() or variant.available(self.device) or paths.unavailable(case.path, self.device)
+        if reason:
+            return reason
+        if self.device.type == "cpu" and case.variant.startswith("triton") and kernels.interpreting():
+            return "Triton under TRITON_INTERPRET=1 is for correctness checks only: too slow for a draft loop"
+        return memory.fits(_bytes_needed(case), self.device)
+
+    def _measure(self, case: DraftCase) -> dict[str, object]:
+        state = self._config(case)
+        variant = variants.get(case.variant)
+        loop = DraftLoop(self._head_for(case.head), variant.select, case.loop)
+        run_tree, call, body = self._path_calls(case, loop, state)
+        trees = [run_tree(tokens, hidden) for tokens, hidden in state.inputs]
+        out: dict[str, object] = {"trees": len(trees) * case.batch, "status": "ok", "reason": ""}
+        out.update(self._parity(case, state, trees))
+        out.update(self._timing(case, state, call, body))
+        if case.sweep.kernels:
+            counted = count_kernels(call, self.device)
+            out.update(
+                kernels_per_cycle=counted.kernels,
+                launches_per_cycle=counted.launches,
+                kernels_unit=counted.unit,
+            )
+        if case.path == "graph" and self.graphs is not None:
+            out["graphs_cached"] = len(self.graphs)
+        return out
+
+    # -------------------------------------------------------------------------------------- paths
+
+    def _path_calls(
+        self, case: DraftCase, loop: DraftLoop, state: _ConfigState
+    ) -> tuple[Callable[[torch.Tensor, torch.Tensor], DraftTree], Callable[[], object], Callable | None]:
+        """(run one cycle on given inputs -> tree, a zero-argument timed cycle, graph body or None)."""
+        tokens, hidden = state.inputs[0]
+        if case.path == "eager":
+            return loop.cycle, lambda: loop.cycle_tuple(tokens, hidden), None
+        if case.path == "compile":
+            fn = self._compiled_cycle(case, loop)
+            fn(tokens, hidden)  # compile outside any timing
+
+            def run_compiled(t: torch.Tensor, h: torch.Tensor) -> DraftTree:
+                return DraftTree(*fn(t, h))
+
+            return run_compiled, lambda: fn(tokens, hidden), None
+        if case.path == "graph":
+            reason = paths.unavailable("graph", self.device)
+            if reason:
+                raise paths.GraphCaptureError(reason)
+            graph = self._graph_cache(case).get(
+                loop, case.batch, (case.head, case.loop, case.variant), case.case_id
+            )
+            graph.load(tokens, hidden)
+            return graph, graph.replay, graph_body(graph, loop)
+        raise ValueError(f"unknown path {case.path!r}; known: {', '.join(paths.PATHS)}")
+
+    def _graph_cache(self, case: DraftCase) -> GraphCache:
+        """The graph cache, holding at least two graphs (a case's and its no-op twin's)."""
+        cap = max(2, case.sweep.max_graphs)
+        if self.graphs is None or self.graphs.max_graphs != cap:
+            if self.graphs is not None:
+                self.graphs.clear()
+            self.graphs = GraphCache(self.device, cap)
+        return self.graphs
+
+    def _compiled_cycle(self, case: DraftCase, loop: DraftLoop) -> Callable:
+        key = (case.config_key, case.variant)
+        if key not in self._compiled:
+            paths.set_compile_limits()
+            self._compiled[key] = torch.compile(loop.cycle_tuple, dynamic=False)
+        return self._compiled[key]
+
+    # -------------------------------------------------------------------------------------- figures
+
+    def _parity(self, case: DraftCase, state: _ConfigState, trees: list[DraftTree]) -> dict[str, object]:
+        if case.path == "eager":
+            state.eager.setdefault(case.variant, trees)
+        base = self._trees(case, state, variants.BASELINE)
+        ref = state.ref = state.ref or self._run_eager(case, state, reference_select)
+        out: dict[str, object] = {}
+        out.update(consumer.compare(trees, base, "base"))
+        out.update(consumer.compare(trees, ref, "ref"))
+        out["step0_diff_base"] = consumer.first_step_differs(trees, base, case.loop.topk)
+        out["orphan_trees"] = consumer.orphan_share(trees, case.loop.topk)
+        if case.path != "eager":
+            eager = self._trees(case, state, case.variant)
+            out.update(consumer.compare(trees, eager, "eager"))
+            out["bitexact_eager"] = consumer.identical(trees, eager)
+        out["consumer_vs_base"] = _consumer_verdict(out)
+        return out
+
+    def _trees(self, case: DraftCase, state: _ConfigState, name: str) -> list[DraftTree]:
+        """Eager trees of variant `name` for this configuration (cached)."""
+        if name not in state.eager:
+            state.eager[name] = self._run_eager(case, state, variants.get(name).select)
+        return state.eager[name]
+
+    def _run_eager(self, case: DraftCase, state: _ConfigState, select: Selector) -> list[DraftTree]:
+        loop = DraftLoop(self._head_for(case.head), select, case.loop)
+        return [loop.cycle(tokens, hidden) for tokens, hidden in state.inputs]
+
+    def _timing(
+        self, case: DraftCase, state: _ConfigState, call: Callable[[], object], body: Callable | None
+    ) -> dict[str, object]:
+        noop = self._noop_call(case, state) if case.sweep.selection_share else None
+        samples, noop_samples = measure_paired(
+            cycle_sampler(call, self.info, case.timing),
+            cycle_sampler(noop, self.info, case.timing) if noop else None,
+            case.timing,
+        )
+        out: dict[str, object] = {
+            "cycle_median_us": samples.median_us,
+            "cycle_p20_us": samples.p20_us,
+            "cycle_p80_us": samples.p80_us,
+            "samples": len(samples.seconds),
+            "timing": samples.method,
+        }
+        if noop_samples is not None:
+            selection = samples.median_us - noop_samples.median_us
+            out.update(
+                noop_median_us=noop_samples.median_us,
+                selection_us=selection,
+                selection_share=min(max(selection / samples.median_us, 0.0), 1.0),
+                selection_method=SELECTION_METHOD,
+            )
+        unroll = timing_unroll(case.timing.graph_unroll, self.info.backend, case.loop.num_steps)
+        sampler = device_sampler(call, body, self.info, case.timing, unroll)
+        if sampler is not None:
+            device = timing.measure(sampler, case.timing)
+            out.update(
+                device_median_us=device.median_us,
+                device_p20_us=device.p20_us,
+                device_p80_us=device.p80_us,
+                device_timing=device.method,
+            )
+        return out
+
+    def _noop_call(self, case: DraftCase, state: _ConfigState) -> Callable[[], object]:
+        """The case's cycle on its path with a no-op selection. Fetched per case: on the graph path the
+        cache then holds both graphs (the case's was used last, so the no-op's capture never evicts it)."""
+        loop = DraftLoop(self._head_for(case.head), constant_select, case.loop)
+        noop_case = DraftCase(
+            case.scenario, NOOP, case.path, case.head, case.batch, case.loop, case.sweep, case.timing
+        )
+        _, call, _ = self._path_calls(noop_case, loop, state)
+        call()
+        return call
+
+    # -------------------------------------------------------------------------------------- state
+
+    def _head_for(self, config: HeadConfig) -> DraftHead:
+        if self._head is None or self._head.config != config:
+            self._release()
+            self._head = DraftHead(config, self.device)
+        return self._head
+
+    def _config(self, case: DraftCase) -> _ConfigState:
+        if self._state is None or self._state.key != case.config_key:
+            head = self._head_for(case.head)
+            self._state = None
+            count = case.sweep.cycles
+            tokens = inputs_for(
+                head.config, case.batch, case.loop.extend_tokens, count, self.device, case.sweep.seed
+            )
+            self._state = _ConfigState(case.config_key, tokens)
+        return self._state
+
+    def _release(self) -> None:
+        """Drop the head and everything built on it (graphs, compiled cycles, cached trees)."""
+        self._head = self._state = None
+        if self.graphs is not None:
+            self.graphs.clear()
+        if self._compiled:
+            self._compiled.clear()
+            torch._dynamo.reset()
+
+    def close(self) -> None:
+        self._release()
+        self.graphs = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _consumer_verdict(figures: dict[str, object]) -> str:
+    """One word on the figures against full_softmax: scores count as changed beyond rounding when their
+    relative difference exceeds `SCORE_TOLERANCE`."""
+    tokens = figures.get("tok_diff_base", NAN)
+    scores = figures.get("score_relerr_base", NAN)
+    if not isinstance(tokens, float) or math.isnan(tokens):
+        return "n/a"
+    if tokens > 0:
+        return "tokens differ"
+    if scores > SCORE_TOLERANCE:
+        return "scores differ (same tokens)"
+    return "scores within rounding" if scores > 0 else "identical"
+
+
+def _bytes_needed(case: DraftCase) -> int:
+    """Device memory a case plans to use: weights, the widest logits with their temporaries, float64
+    reference probabilities, and a graph's static buffers."""
+    head, loop = case.head, case.loop
+    size = head.torch_dtype.itemsize
+    weights = (2 * head.vocab * head.hidden + (2 + 4 * head.layers) * head.hidden**2) * size
+    rows = case.batch * loop.topk
+    logits = rows * head.vocab * (size + 4 + 4 + 2 * 8)  # logits, fp32 temporaries, float64 reference
+    return weights + logits

@@ -1,0 +1,375 @@
+"""Profiler traces: one torch.profiler trace per case, in the layout TensorBoard's profiler plugin reads.
+
+    DIR/<run>/<worker>.<ts>.pt.trace.json     one run folder per case, named after its case_id
+    DIR/kernels.csv                           per case and kernel: calls, total and mean time, share
+    DIR/cases.csv                             per case: status, reason, trace, kernels per call
+
+The same Chrome-trace JSON opens in Perfetto (ui.perfetto.dev) and Holistic Trace Analysis. Every variant
+call runs inside a range named `perfsuite.<variant>.<path>` (`record_function`, plus an NVTX range on
+CUDA, which ROCm maps to ROCTx), so its kernels are easy to find, and the kernel table keeps only what was
+launched inside it. Cases are prepared by `CaseRunner.prepare`, so the profiled call is the measured one
+(eager, graph replay or torch.compile), with the cache flushed before each call when the case is timed cold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import fnmatch
+import json
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+
+from perfsuite import timing
+from perfsuite.device import DeviceInfo, detect, synchronize
+from perfsuite.memory import native_stderr_silenced
+from perfsuite.runner import CaseRunner
+from perfsuite.scenario import Case, Scenario, ScenarioError, expand
+
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Trace event categories of device work (kineto: CUDA via CUPTI, ROCm via roctracer)."""
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+"""Host-side runtime calls; their `correlation` arg names the device work they launched."""
+KERNEL_COLUMNS = ("kernel", "calls", "per_call", "total_us", "mean_us", "share")
+
+
+def range_name(case: Case) -> str:
+    """The marker range around a case's call (no '/' or '@': ncu's NVTX filter syntax uses them)."""
+    return f"perfsuite.{case.variant}.{case.path}"
+
+
+def run_name(case: Case) -> str:
+    """The case's trace folder: its case_id made filesystem-safe (identity-eager-bfloat16-V1000-B3-k1-...)."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "-", case.case_id).strip("-")
+
+
+@contextlib.contextmanager
+def marked(name: str, device: torch.device) -> Iterator[None]:
+    """A `record_function` range, and on a GPU an NVTX range of the same name (ROCTx on ROCm)."""
+    with record_function(name):
+        pushed = False
+        if device.type == "cuda":
+            try:
+                torch.cuda.nvtx.range_push(name)
+                pushed = True
+            except (RuntimeError, AttributeError):  # a build without NVTX / ROCTx
+                pass
+        try:
+            yield
+        finally:
+            if pushed:
+                torch.cuda.nvtx.range_pop()
+
+
+# ------------------------------------------------------------------------------------------ recording
+
+
+def record_trace(
+    call: Callable[[], object],
+    folder: Path,
+    name: str,
+    device: torch.device,
+    *,
+    calls: int = 5,
+    flush: Callable[[], object] | None = None,
+) -> Path:
+    """Profile `calls` calls (after one warm-up step) into `folder`; the trace file written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.pt.trace.json*"):
+        old.unlink()
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    steps = schedule(wait=0, warmup=1, active=calls, repeat=1)
+    handler = tensorboard_trace_handler(str(folder))
+    with warnings.catch_warnings(), native_stderr_silenced():
+        warnings.simplefilter("ignore")
+        with profile(
+            activities=activities, schedule=steps, on_trace_ready=handler, record_shapes=True
+        ) as prof:
+            for _ in range(1 + calls):
+                if flush is not None:
+                    flush()
+                synchronize(device)
+                with marked(name, device):  # the range closes once the device is done
+                    call()
+                    synchronize(device)
+                prof.step()
+    traces = sorted(folder.glob("*.pt.trace.json"), key=lambda p: p.stat().st_mtime)
+    if not traces:
+        raise RuntimeError(f"torch.profiler wrote no trace into {folder}")
+    return traces[-1]
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def load_events(path: Path) -> pd.DataFrame:
+    """Complete ('X') events of a Chrome-trace JSON file: name, cat, ts, dur (µs), pid, tid, correlation."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable trace ({exc})") from None
+    events = data.get("traceEvents", []) if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ValueError(f"{path}: no traceEvents list")
+    rows = [
+        {
+            "name": str(e.get("name", "")),
+            "cat": str(e.get("cat", "")),
+            "ts": float(e.get("ts", 0.0)),
+            "dur": float(e.get("dur", 0.0)),
+            "pid": str(e.get("pid", "")),
+            "tid": str(e.get("tid", "")),
+            "correlation": (e.get("args") or {}).get("correlation"),
+        }
+        for e in events
+        if isinstance(e, dict) and e.get("ph") == "X"
+    ]
+    columns = ["name", "cat", "ts", "dur", "pid", "tid", "correlation"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _inside(events: pd.DataFrame, ranges: pd.DataFrame, *, same_thread: bool = True) -> pd.Series:
+    """Events that start within one of `ranges` (on the same process and thread, by default)."""
+    inside = pd.Series(False, index=events.index)
+    for r in ranges.itertuples(index=False):
+        same = (events["pid"] == r.pid) & (events["tid"] == r.tid) if same_thread else True
+        inside |= same & (events["ts"] >= r.ts) & (events["ts"] <= r.ts + r.dur)
+    return inside
+
+
+def _leaves(ops: pd.DataFrame) -> pd.DataFrame:
+    """CPU ops that contain no other op (the ones doing the work; their callers only dispatch)."""
+    ops = ops.sort_values(["pid", "tid", "ts", "dur"], ascending=[True, True, True, False])
+    following = ops.groupby(["pid", "tid"])["ts"].shift(-1)
+    return ops[following.isna() | (following >= ops["ts"] + ops["dur"])]
+
+
+@dataclass(frozen=True)
+class KernelSummary:
+    """What one case's trace says: a row per kernel, and per-call figures."""
+
+    table: pd.DataFrame  # KERNEL_COLUMNS
+    activity: str  # "device kernels" or "cpu ops (aten, host time)"
+    calls: int
+    kernels_per_call: float
+    kernel_us_per_call: float
+    range_us_per_call: float
+
+
+def summarize(events: pd.DataFrame, name: str) -> KernelSummary:
+    """Per-kernel table of the work launched inside the ranges called `name`.
+
+    GPU traces: device kernels (and memcpy / memset), matched to the ranges through the `correlation` of
+    the runtime calls issued inside them; where that matches nothing (no correlation ids), the device work
+    that starts inside a range (`record_trace` closes the range after a device sync). CPU traces: the leaf
+    aten ops inside the ranges, host time. Without any range in the trace, everything of that kind counts.
+    """
+    ranges = events[(events["cat"] == "user_annotation") & (events["name"] == name)]
+    calls = max(len(ranges), 1)
+    device = events[events["cat"].isin(DEVICE_CATEGORIES)]
+    if len(device):
+        activity = "device kernels"
+        launches = events[events["cat"].isin(LAUNCH_CATEGORIES)]
+        if len(ranges):
+            ids = set(launches.loc[_inside(launches, ranges), "correlation"].dropna())
+            matched = device[device["correlation"].isin(ids)]
+            device = matched if len(matched) else device[_inside(device, ranges, same_thread=False)]
+        work = device
+    else:
+        activity = "cpu ops (aten, host time)"
+        ops = events[events["cat"] == "cpu_op"]
+        work = _leaves(ops[_inside(ops, ranges)] if len(ranges) else ops)
+    table = work.groupby("name", sort=False)["dur"].agg(calls="count", total_us="sum", mean_us="mean")
+    table = table.reset_index().rename(columns={"name": "kernel"})
+    total = float(table["total_us"].sum())
+    table["per_call"] = table["calls"] / calls
+    table["share"] = table["total_us"] / total if total > 0 else float("nan")
+    table = table.sort_values("total_us", ascending=False, ignore_index=True)[list(KERNEL_COLUMNS)]
+    range_us = float(ranges["dur"].mean()) if len(ranges) else float("nan")
+    return KernelSummary(table, activity, len(ranges), len(work) / calls, total / calls, range_us)
+
+
+# ------------------------------------------------------------------------------------------ a sweep
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    cases: pd.DataFrame
+    kernels: pd.DataFrame
+    files: dict[str, Path]
+
+
+def _case_columns(case: Case, info: DeviceInfo) -> dict[str, object]:
+    return {
+        "case_id": case.case_id,
+        "run": run_name(case),
+        "device": info.name,
+        "backend": info.backend,
+        "variant": case.variant,
+        "path": case.path,
+        "dtype": case.dtype,
+        "vocab": case.vocab,
+        "batch": case.batch,
+        "topk": case.topk,
+        "logits": case.logits,
+        "l2": case.timing.l2,
+    }
+
+
+def profile_case(runner: CaseRunner, case: Case, out_dir: Path, calls: int) -> tuple[dict, pd.DataFrame]:
+    """Trace one case; its row for cases.csv and its kernel rows (empty when skipped or broken)."""
+    row = _case_columns(case, runner.info)
+    try:
+        reason = runner.skip_reason(case)
+        if reason:
+            return {**row, "status": "skipped", "reason": reason}, pd.DataFrame()
+        prepared, _, _ = runner.prepare(case)
+        flush = timing.cache_flusher(runner.info) if case.timing.l2 == "cold" else None
+        name = range_name(case)
+        trace = record_trace(
+            prepared.run, out_dir / run_name(case), name, runner.device, calls=calls, flush=flush
+        )
+        summary = summarize(load_events(trace), name)
+    except Exception as exc:  # one broken case must not stop the sweep
+        text = str(exc).strip().splitlines()
+        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {text[0] if text else ''}"}, (
+            pd.DataFrame()
+        )
+    top = summary.table.iloc[0] if len(summary.table) else None
+    row |= {
+        "status": "ok",
+        "reason": "",
+        "trace": str(trace.relative_to(out_dir)),
+        "activity": summary.activity,
+        "calls": summary.calls,
+        "kernels_per_call": summary.kernels_per_call,
+        "kernel_us_per_call": summary.kernel_us_per_call,
+        "range_us_per_call": summary.range_us_per_call,
+        "top_kernel": "" if top is None else str(top["kernel"]),
+        "top_share": float("nan") if top is None else float(top["share"]),
+    }
+    kernels = summary.table.assign(**{k: row[k] for k in ("case_id", "run", "device", "activity")})
+    for key in ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2"):
+        kernels[key] = row[key]
+    return row, kernels
+
+
+def select_cases(cases: list[Case], only: str | None) -> list[Case]:
+    """Cases whose case_id matches the glob `only` (all when None)."""
+    if not only:
+        return cases
+    pattern = only if any(c in only for c in "*?[") else f"*{only}*"
+    return [c for c in cases if fnmatch.fnmatchcase(c.case_id, pattern)]
+
+
+def profile_scenario(
+    scenario: Scenario, out_dir: Path, *, calls: int = 5, only: str | None = None
+) -> ProfileOutcome:
+    """A trace per case of the scenario under `out_dir`, then kernels.csv and cases.csv."""
+    info = detect(scenario.device)
+    runner = CaseRunner(info, {"device": info.name, "backend": info.backend})
+    cases = select_cases(expand(scenario), only)
+    if not cases:
+        raise ScenarioError(f"{scenario.source}: no case matches {only!r} (`perfsuite list` shows them)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows, tables = [], []
+    for case in cases:
+        row, kernels = profile_case(runner, case, out_dir, calls)
+        rows.append(row)
+        tables.append(kernels)
+    kernels = (
+        pd.concat([t for t in tables if len(t)], ignore_index=True)
+        if any(len(t) for t in tables)
+        else (pd.DataFrame(columns=["case_id", *KERNEL_COLUMNS]))
+    )
+    front = ["case_id", "run", "device", "activity"]
+    kernels = kernels[[*front, *(c for c in kernels.columns if c not in front)]]
+    files = {"kernels": out_dir / "kernels.csv", "cases": out_dir / "cases.csv"}
+    kernels.to_csv(files["kernels"], index=False)
+    frame = pd.DataFrame(rows)
+    frame.to_csv(files["cases"], index=False)
+    return ProfileOutcome(frame, kernels, files)
+
+
+def short_table(outcome: ProfileOutcome, width: int = 60) -> str:
+    """One line per profiled case: kernels per call, time per call and the top kernel."""
+    ok = outcome.cases[outcome.cases["status"] == "ok"]
+    if ok.empty:
+        return "no case was profiled"
+    table = pd.DataFrame(
+        {
+            "case": ok["case_id"],
+            "kernels/call": ok["kernels_per_call"].map(lambda v: f"{v:.3g}"),
+            "us/call": ok["kernel_us_per_call"].map(lambda v: f"{v:.4g}"),
+            "top kernel": ok["top_kernel"].map(lambda s: s if len(s) <= width else s[: width - 1] + "…"),
+            "share": ok["top_share"].map(lambda v: f"{100 * v:.0f} %"),
+        }
+    )
+    return table.to_string(index=False)
+
+
+# ------------------------------------------------------------------------------------------ one call
+
+
+def _roctx() -> ctypes.CDLL:
+    """The ROCTx library whose profiler pause / resume calls rocprofv3 --selected-regions honours."""
+    rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
+    candidates = [
+        ctypes.util.find_library("rocprofiler-sdk-roctx"),
+        f"{rocm}/lib/librocprofiler-sdk-roctx.so",
+    ]
+    for candidate in filter(None, candidates):
+        try:
+            lib = ctypes.CDLL(candidate)
+        except OSError:
+            continue
+        for fn in (lib.roctxProfilerPause, lib.roctxProfilerResume):
+            fn.argtypes, fn.restype = [ctypes.c_uint64], ctypes.c_int
+        return lib
+    raise RuntimeError("librocprofiler-sdk-roctx.so not found (ROCm >= 6.2): cannot mark the counted region")
+
+
+def call_case(scenario: Scenario, case_id: str, *, calls: int = 1, roctx_region: bool = False) -> str | None:
+    """Run one case's call `calls` times inside its marker range, prepared exactly as `run` prepares it.
+
+    For external profilers (ncu --nvtx, nsys, rocprofv3 --selected-regions): everything else (inputs,
+    compilation, graph capture, parity) happens outside the range. With `roctx_region`, the calls are
+    also wrapped in roctxProfilerResume / roctxProfilerPause. Returns why the case is skipped here, or None.
+    """
+    cases = {c.case_id: c for c in expand(scenario)}
+    if case_id not in cases:
+        raise ScenarioError(f"{scenario.source}: no case {case_id!r} (`perfsuite list` shows them)")
+    case = cases[case_id]
+    info = detect(scenario.device)
+    runner = CaseRunner(info, {"device": info.name})
+    reason = runner.skip_reason(case)
+    if reason:
+        return reason
+    prepared, _, _ = runner.prepare(case)
+    flush = timing.cache_flusher(info) if case.timing.l2 == "cold" else None
+    roctx = _roctx() if roctx_region else None
+    for _ in range(calls):
+        if flush is not None:
+            flush()
+        synchronize(runner.device)
+        if roctx is not None:
+            roctx.roctxProfilerResume(0)
+        with marked(range_name(case), runner.device):
+            prepared.run()
+            synchronize(runner.device)
+        if roctx is not None:
+            roctx.roctxProfilerPause(0)
+    print(json.dumps({"case_id": case_id, "range": range_name(case), "calls": calls}), file=sys.stdout)
+    return None

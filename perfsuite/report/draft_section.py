@@ -1,0 +1,369 @@
+"""The draft-loop section of the report: an HTML fragment from `perfsuite.draft` rows.
+
+`draft_html(frame)` returns figures (plotly, without plotly.js: the page inlines it) and tables: time per
+draft cycle per variant and path, the selection's share of the cycle, parity at the consumer (draft tokens,
+parents, tree scores against full_softmax and the float64 selection), kernels per cycle, and the cases that
+were skipped or failed with their reasons. Missing columns or an empty frame give a note, never an error.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+CONFIG_KEYS = (
+    "device",
+    "dtype",
+    "vocab",
+    "hidden",
+    "batch",
+    "topk",
+    "num_steps",
+    "num_draft_tokens",
+    "logits",
+)
+NUMERIC = (
+    "vocab",
+    "hidden",
+    "batch",
+    "topk",
+    "num_steps",
+    "num_draft_tokens",
+    "cycle_median_us",
+    "cycle_p20_us",
+    "cycle_p80_us",
+    "device_median_us",
+    "noop_median_us",
+    "selection_us",
+    "selection_share",
+    "kernels_per_cycle",
+    "launches_per_cycle",
+    "trees",
+    "tok_diff_base",
+    "parent_diff_base",
+    "pos_diff_base",
+    "score_abserr_base",
+    "score_relerr_base",
+    "step0_diff_base",
+    "orphan_trees",
+    "tok_diff_ref",
+    "parent_diff_ref",
+    "score_relerr_ref",
+    "tok_diff_eager",
+    "score_abserr_eager",
+)
+PATH_ORDER = ("eager", "graph", "compile")
+FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
+MAX_CONFIGS_PER_FIGURE = 40
+SHORT = {"num_steps": "s", "num_draft_tokens": "n", "vocab": "V", "hidden": "H", "batch": "B", "topk": "k"}
+
+
+def draft_html(frame: pd.DataFrame) -> str:
+    """An HTML fragment (the body of the report's draft section); safe on empty or partial frames."""
+    if frame is None or frame.empty or "status" not in frame:
+        return _note("No draft-loop rows in these results.")
+    parts = []
+    data = _prepare(frame)
+    ok = data[data["status"] == "ok"]
+    parts.append(_intro(data))
+    for title, build in (
+        ("Time per draft cycle", lambda: _cycle_figures(ok)),
+        ("Share of the cycle spent in the selection", lambda: _share_figures(ok)),
+        ("Parity at the consumer", lambda: _parity_blocks(ok)),
+        ("Kernels per cycle", lambda: _kernel_table(ok)),
+        ("Skipped and failed draft cases", lambda: _skipped_table(data)),
+    ):
+        parts.append(f"<h3>{html.escape(title)}</h3>")
+        parts.append(_guard(title, build))
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _prepare(frame: pd.DataFrame) -> pd.DataFrame:
+    data = frame.copy()
+    for column in NUMERIC:
+        data[column] = pd.to_numeric(data[column], errors="coerce") if column in data else math.nan
+    for column in ("device", "dtype", "logits", "variant", "path", "status", "reason", "kernels_unit"):
+        data[column] = data[column].astype(object).fillna("").astype(str) if column in data else ""
+    data["config"] = _config_labels(data)
+    return data
+
+
+def _config_labels(data: pd.DataFrame) -> pd.Series:
+    """A short label per row from the configuration keys that vary in the frame."""
+    varying = [k for k in CONFIG_KEYS if k in data and data[k].nunique(dropna=False) > 1]
+    if not varying:
+        varying = [k for k in ("dtype", "batch", "topk") if k in data]
+
+    def label(row: pd.Series) -> str:
+        return " ".join(_dim(k, row[k]) for k in varying)
+
+    return data.apply(label, axis=1) if len(data) else pd.Series(dtype=str)
+
+
+def _dim(key: str, value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{SHORT[key]}{value}" if key in SHORT else str(value)
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{html.escape(text)}</p>'
+
+
+def _guard(name: str, build: Callable[[], str]) -> str:
+    try:
+        return build()
+    except Exception as exc:  # a report section must never break the page
+        return _note(f"{name}: not shown ({type(exc).__name__}: {exc})")
+
+
+def _fmt(value: object, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _pct(value: object) -> str:
+    if not isinstance(value, float) or math.isnan(value):
+        return "–"
+    return f"{100 * value:.1f}%"
+
+
+def _table(columns: Sequence[str], rows: list[list[tuple[str, str] | str]], caption: str = "") -> str:
+    """A table; a cell is text or (text, css class: win | loss | differs | invalid)."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for cell in row:
+            text, cls = cell if isinstance(cell, tuple) else (cell, "")
+            attr = f' class="{cls}"' if cls else ""
+            cells.append(f"<td{attr}>{html.escape(text)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    tall = " tall" if len(rows) > 40 else ""
+    caption_html = f'<div class="caption">{html.escape(caption)}</div>' if caption else ""
+    return (
+        f'{caption_html}<div class="scroll{tall}"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _figure(fig: go.Figure, caption: str = "") -> str:
+    caption_html = f'<div class="caption">{html.escape(caption)}</div>' if caption else ""
+    body = fig.to_html(full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG)
+    return f'<div class="figure">{body}{caption_html}</div>'
+
+
+def _chunks(data: pd.DataFrame) -> list[pd.DataFrame]:
+    """Split rows into figures of at most `MAX_CONFIGS_PER_FIGURE` configurations each."""
+    configs = list(dict.fromkeys(data["config"]))
+    return [
+        data[data["config"].isin(configs[i : i + MAX_CONFIGS_PER_FIGURE])]
+        for i in range(0, len(configs), MAX_CONFIGS_PER_FIGURE)
+    ]
+
+
+def _paths(data: pd.DataFrame) -> list[str]:
+    present = list(dict.fromkeys(data["path"]))
+    return [p for p in PATH_ORDER if p in present] + [p for p in present if p not in PATH_ORDER]
+
+
+def _bar_figures(data: pd.DataFrame, y: str, title: str, axis: str, errors: bool, caption: str) -> str:
+    data = data[data[y].notna()]
+    if data.empty:
+        return _note(f"No {axis.lower()} figures in these rows.")
+    out = []
+    for part in _chunks(data):
+        part = part.assign(
+            err_plus=(part["cycle_p80_us"] - part[y]).clip(lower=0) if errors else 0.0,
+            err_minus=(part[y] - part["cycle_p20_us"]).clip(lower=0) if errors else 0.0,
+        )
+        fig = px.bar(
+            part,
+            x="config",
+            y=y,
+            color="variant",
+            barmode="group",
+            facet_col="path",
+            category_orders={"path": _paths(part)},
+            error_y="err_plus" if errors else None,
+            error_y_minus="err_minus" if errors else None,
+            hover_data=[
+                c for c in ("device", "timing", "device_median_us", "kernels_per_cycle") if c in part
+            ],
+            title=title,
+        )
+        fig.update_yaxes(title_text=axis, col=1)
+        fig.update_xaxes(title_text="")
+        fig.update_layout(height=420, margin={"t": 60, "b": 80})
+        out.append(_figure(fig, caption))
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------ sections
+
+
+def _intro(data: pd.DataFrame) -> str:
+    counts = data["status"].value_counts()
+    summary = ", ".join(f"{counts[s]} {s}" for s in counts.index)
+    return (
+        '<p class="intro">'
+        + html.escape(
+            f"{len(data)} draft cases ({summary}). One cycle = draft extend over the accepted tokens, then "
+            "the num_steps tree draft decode and the engine organisation of the draft tokens (SGLang's "
+            "EAGLE worker), on a tiny draft head. Parity is measured on what the verifier reads: draft "
+            "tokens, parent lists and tree scores, against full_softmax (the engines' baseline) and the "
+            "float64-softmax selection."
+        )
+        + "</p>"
+    )
+
+
+def _cycle_figures(ok: pd.DataFrame) -> str:
+    caption = (
+        "Median time per cycle with p20–p80 bars, as an engine pays it (host clock on a CPU; on a GPU "
+        "device events from an idle start, launches included: one graph launch on the graph path)."
+    )
+    return _bar_figures(ok, "cycle_median_us", "Time per draft cycle", "µs per cycle", True, caption)
+
+
+def _share_figures(ok: pd.DataFrame) -> str:
+    if "selection_share" not in ok or ok["selection_share"].isna().all():
+        return _note("Selection share was not measured (selection_share = false).")
+    method = next((m for m in ok.get("selection_method", pd.Series(dtype=str)).dropna() if m), "")
+    return _bar_figures(
+        ok,
+        "selection_share",
+        "Share of the cycle spent in the vocabulary selection",
+        "share of the cycle",
+        False,
+        f"Measured as: {method}." if method else "",
+    )
+
+
+def _parity_class(value: float) -> str:
+    if isinstance(value, float) and not math.isnan(value) and value > 0:
+        return "loss"
+    return ""
+
+
+def _parity_blocks(ok: pd.DataFrame) -> str:
+    if ok.empty:
+        return _note("No measured draft cases.")
+    columns = [
+        "config",
+        "variant",
+        "path",
+        "trees",
+        "against full_softmax",
+        "tokens differ",
+        "parents differ",
+        "positions differ",
+        "step-0 tokens differ",
+        "broken trees",
+        "max score rel. diff",
+        "tokens differ vs float64",
+        "graph/compile = eager",
+    ]
+    rows = []
+    for _, r in ok.sort_values(["config", "variant", "path"]).iterrows():
+        verdict = str(r.get("consumer_vs_base", ""))
+        verdict_cls = {"tokens differ": "invalid", "scores differ (same tokens)": "differs"}.get(verdict, "")
+        exact = r.get("bitexact_eager")
+        exact_text = "–" if exact is None or (isinstance(exact, float) and math.isnan(exact)) else str(exact)
+        rows.append(
+            [
+                r["config"],
+                r["variant"],
+                r["path"],
+                _fmt(r["trees"]),
+                (verdict, verdict_cls),
+                (_pct(r["tok_diff_base"]), _parity_class(r["tok_diff_base"])),
+                (_pct(r["parent_diff_base"]), _parity_class(r["parent_diff_base"])),
+                (_pct(r["pos_diff_base"]), _parity_class(r["pos_diff_base"])),
+                (_pct(r["step0_diff_base"]), _parity_class(r["step0_diff_base"])),
+                (_pct(r["orphan_trees"]), "invalid" if _parity_class(r["orphan_trees"]) else ""),
+                _fmt(r["score_relerr_base"]),
+                (_pct(r["tok_diff_ref"]), _parity_class(r["tok_diff_ref"])),
+                (exact_text, "loss" if exact_text == "False" else ""),
+            ]
+        )
+    caption = (
+        "Shares are of draft trees (cycles x batch). 'scores differ (same tokens)': the verifier gets the "
+        "same draft tokens with other tree scores (argmax_ones at topk 1); 'tokens differ': another draft "
+        "tree. 'broken trees': a drafted token whose parent was not drafted. 'vs float64' says which side "
+        "of a difference the float64-softmax selection takes."
+    )
+    return _parity_figure(ok) + _table(columns, rows, caption)
+
+
+def _parity_figure(ok: pd.DataFrame) -> str:
+    data = ok[ok["tok_diff_base"].notna() & (ok["variant"] != "full_softmax")]
+    if data.empty:
+        return ""
+    fig = px.bar(
+        data,
+        x="config",
+        y="tok_diff_base",
+        color="variant",
+        barmode="group",
+        facet_col="path",
+        category_orders={"path": _paths(data)},
+        hover_data=["parent_diff_base", "score_relerr_base", "tok_diff_ref"],
+        title="Share of draft trees whose tokens differ from full_softmax's",
+    )
+    fig.update_yaxes(title_text="share of trees", range=[0, 1.05], col=1)
+    fig.update_xaxes(title_text="")
+    fig.update_layout(height=380, margin={"t": 60, "b": 80})
+    return _figure(fig)
+
+
+def _kernel_table(ok: pd.DataFrame) -> str:
+    data = ok[ok["kernels_per_cycle"].notna()]
+    if data.empty:
+        return _note("Kernels were not counted (kernels = false).")
+    units = ", ".join(sorted({u for u in data["kernels_unit"] if u}))
+    columns_present = [(v, p) for v in dict.fromkeys(data["variant"]) for p in _paths(data)]
+    columns_present = [
+        (v, p) for v, p in columns_present if ((data["variant"] == v) & (data["path"] == p)).any()
+    ]
+    rows = []
+    for config, part in data.groupby("config", sort=False):
+        row: list[tuple[str, str] | str] = [str(config)]
+        for variant, path in columns_present:
+            cell = part[(part["variant"] == variant) & (part["path"] == path)]
+            if cell.empty:
+                row.append("–")
+                continue
+            kernels, launches = cell["kernels_per_cycle"].iloc[0], cell["launches_per_cycle"].iloc[0]
+            text = _fmt(kernels) + ("" if math.isnan(launches) else f" ({_fmt(launches)} launches)")
+            row.append(text)
+        rows.append(row)
+    columns = ["config", *(f"{v} / {p}" for v, p in columns_present)]
+    return _table(columns, rows, f"Per cycle, counted by torch.profiler: {units}.")
+
+
+def _skipped_table(data: pd.DataFrame) -> str:
+    bad = data[data["status"] != "ok"]
+    if bad.empty:
+        return _note("Every draft case ran.")
+    groups = bad.groupby(["status", "reason"], sort=False)
+    rows = []
+    for (status, reason), part in groups:
+        cls = "error" if status == "error" else ""
+        variants = ", ".join(dict.fromkeys(part["variant"]))
+        paths = ", ".join(dict.fromkeys(part["path"]))
+        rows.append([(str(status), cls), str(len(part)), paths, variants, str(reason)])
+    return _table(["status", "cases", "paths", "variants", "reason"], rows)

@@ -1,0 +1,390 @@
+"""The draft loop on the CPU: tree shapes and invariants, selectors swapped in, consumer parity, compile vs
+eager, the `[draft]` table's validation, `run_draft` rows and the report section.
+
+Shapes are tiny (V <= 4096, H <= 64) so the whole file runs in seconds; the Triton variants run under
+TRITON_INTERPRET=1 (conftest) at V 256 only, where the interpreter takes a fraction of a second per cycle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from perfsuite import kernels, scenario, variants
+from perfsuite.device import GRAPH_UNROLL_CAP, detect
+from perfsuite.draft import (
+    DRAFT_COLUMNS,
+    DraftHead,
+    DraftLoop,
+    HeadConfig,
+    LoopConfig,
+    draft_sweeps,
+    expand_draft,
+    inputs_for,
+    reference_select,
+    run_draft,
+    timing_unroll,
+)
+from perfsuite.draft.consumer import compare, orphan_share
+from perfsuite.draft.counting import CPU_UNIT, count_kernels
+from perfsuite.report.draft_section import draft_html
+from perfsuite.variants.base import Variant
+
+TORCH_EXACT = ("identity",)
+TRITON = ("triton_fused", "triton_split", "triton_auto")
+
+
+def _head(dtype: str = "float32", logits: str = "head", vocab: int = 512, hidden: int = 32) -> DraftHead:
+    return DraftHead(HeadConfig(vocab, hidden, dtype, logits=logits))
+
+
+def _trees(head: DraftHead, name: str, config: LoopConfig, batch: int = 4, cycles: int = 4, select=None):
+    loop = DraftLoop(head, select or variants.get(name).select, config)
+    return [loop.cycle(t, h) for t, h in inputs_for(head.config, batch, config.extend_tokens, cycles, "cpu")]
+
+
+# ------------------------------------------------------------------------------------ loop invariants
+
+
+@pytest.mark.parametrize(("k", "steps", "n"), [(1, 1, 2), (1, 3, 4), (2, 3, 6), (4, 2, 9), (3, 4, 11)])
+def test_tree_shapes_and_gathers(k, steps, n):
+    config = LoopConfig(k, steps, n)
+    (tree,) = _trees(_head(), "identity", config, batch=3, cycles=1)
+    assert tree.all_scores.shape == tree.all_tokens.shape == (3, config.candidates)
+    for t in (tree.draft_tokens, tree.positions, tree.scores):
+        assert t.shape == (3, n - 1)
+    assert tree.parents.shape == (3, config.parents_width)
+    assert tree.draft_tokens.dtype == tree.parents.dtype == tree.positions.dtype == torch.int64
+    assert tree.scores.dtype == torch.float32
+    assert torch.all(tree.positions[:, 1:] > tree.positions[:, :-1]), "positions sorted and distinct"
+    assert torch.equal(tree.draft_tokens, tree.all_tokens.gather(1, tree.positions))
+    assert torch.equal(tree.scores, tree.all_scores.gather(1, tree.positions))
+    # the chosen positions are the best n - 1 scores
+    kth_best = tree.all_scores.topk(n - 1, dim=1).values[:, -1:]
+    assert torch.all(tree.scores >= kth_best)
+
+
+def _parent(tree, b: int, position: int, k: int) -> int:
+    return -1 if position < k else int(tree.parents[b, position // k])
+
+
+def test_parents_are_valid_and_scores_are_products_along_the_path():
+    """Recompute every scored position's path probability by running the head along its path."""
+    head, config = _head(), LoopConfig(2, 3, 6)
+    loop = DraftLoop(head, variants.get("identity").select, config)
+    tokens, hidden = inputs_for(head.config, 2, config.extend_tokens, 1, "cpu")[0]
+    tree = loop.cycle(tokens, hidden)
+    _, _, start = loop.extend(tokens, hidden)
+    k = config.topk
+    assert torch.all(tree.parents[:, 0] == -1)
+    for b in range(2):
+        for position in range(config.candidates):
+            path = [position]
+            while (parent := _parent(tree, b, path[-1], k)) >= 0:
+                assert parent < path[-1], "a parent is scored before its child"
+                path.append(parent)
+            level = 0 if position < k else 1 + (position - k) // (k * k)
+            assert len(path) == level + 1, "one ancestor per tree level"
+            h, expected = start[b : b + 1], 1.0
+            for depth, node in enumerate(reversed(path)):
+                if depth:
+                    h = head.step(tree.all_tokens[b, path[len(path) - depth]].view(1), h)
+                probs = torch.softmax(head.logits(h).double(), dim=-1)[0]
+                expected *= float(probs[tree.all_tokens[b, node]])
+            assert tree.all_scores[b, position].item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_step_zero_is_the_extend_selection():
+    head, config = _head(), LoopConfig(3, 2, 5)
+    loop = DraftLoop(head, variants.get("full_softmax").select, config)
+    tokens, hidden = inputs_for(head.config, 2, config.extend_tokens, 1, "cpu")[0]
+    topk_p, topk_index, _ = loop.extend(tokens, hidden)
+    tree = loop.cycle(tokens, hidden)
+    assert torch.equal(tree.all_tokens[:, :3], topk_index)
+    assert torch.equal(tree.all_scores[:, :3], topk_p)
+
+
+def test_bad_tree_is_refused():
+    with pytest.raises(ValueError, match="exceeds the 3 scored positions"):
+        DraftLoop(_head(), variants.get("identity").select, LoopConfig(1, 3, 5))
+
+
+# ------------------------------------------------------------------------------------ selectors swapped in
+
+
+@pytest.mark.parametrize("name", [*TORCH_EXACT, *TRITON])
+def test_exact_variants_give_full_softmax_tokens_on_fp32(name):
+    reason = variants.get(name).available(torch.device("cpu"))
+    if reason:
+        pytest.skip(reason)
+    head = _head(vocab=256, hidden=16)
+    for config in (LoopConfig(1, 3, 4), LoopConfig(2, 3, 6)):
+        cycles = 2 if name in TRITON else 4
+        ours, base = _trees(head, name, config, 2, cycles), _trees(head, "full_softmax", config, 2, cycles)
+        figures = compare(ours, base, "base")
+        assert figures["tok_diff_base"] == figures["parent_diff_base"] == figures["pos_diff_base"] == 0
+        assert figures["score_relerr_base"] < 1e-5
+
+
+def test_argmax_ones_keeps_the_tokens_and_changes_the_scores_at_topk_1():
+    head, config = _head(), LoopConfig(1, 3, 4)
+    ones, base = _trees(head, "argmax_ones", config), _trees(head, "full_softmax", config)
+    figures = compare(ones, base, "base")
+    assert figures["tok_diff_base"] == figures["parent_diff_base"] == figures["pos_diff_base"] == 0
+    assert all(torch.all(t.scores == 1.0) for t in ones)
+    assert all(torch.all(t.scores < 1.0) for t in base)
+    assert figures["score_relerr_base"] > 10
+
+
+def test_argmax_ones_changes_the_tree_at_topk_above_1():
+    """Every path score is 1.0, so the k*k candidate choice and the organisation pick among ties."""
+    head, config = _head(), LoopConfig(4, 3, 9)
+    figures = compare(_trees(head, "argmax_ones", config), _trees(head, "full_softmax", config), "base")
+    assert figures["tok_diff_base"] > 0.5
+    assert figures["parent_diff_base"] > 0.5
+
+
+def test_argmax_ones_breaks_the_tree_at_topk_1_with_fewer_draft_tokens_than_steps():
+    """All path scores 1.0: the organisation's top-(n-1) picks among ties, not the chain's prefix."""
+    head = _head()
+    config = LoopConfig(1, 5, 3)
+    ones, base = _trees(head, "argmax_ones", config), _trees(head, "full_softmax", config)
+    assert all(torch.equal(t.positions, torch.tensor([[0, 1]] * 4)) for t in base), "the chain's prefix"
+    assert orphan_share(base, 1) == 0
+    figures = compare(ones, base, "base")
+    # which tied positions torch.topk returns is unspecified; on this CPU build it is not the prefix
+    assert figures["pos_diff_base"] > 0 and figures["tok_diff_base"] > 0
+    assert orphan_share(ones, 1) > 0
+    all_steps = LoopConfig(1, 5, 6)  # every position drafted: only the scores differ
+    assert (
+        compare(_trees(head, "argmax_ones", all_steps), _trees(head, "full_softmax", all_steps), "b")[
+            "tok_diff_b"
+        ]
+        == 0
+    )
+
+
+def test_bf16_near_ties_change_the_draft_tokens_and_float64_sides_with_the_logits_order():
+    head, config = _head("bfloat16", "near_ties", vocab=4096, hidden=64), LoopConfig(1, 3, 4)
+    base = _trees(head, "full_softmax", config, batch=8, cycles=8)
+    ref = _trees(head, "", config, batch=8, cycles=8, select=reference_select)
+    ones, exact = _trees(head, "argmax_ones", config, 8, 8), _trees(head, "identity", config, 8, 8)
+    assert compare(ones, base, "base")["tok_diff_base"] > 0.05
+    assert compare(exact, base, "base")["tok_diff_base"] > 0.05
+    assert compare(ones, exact, "x")["tok_diff_x"] == 0, "argmax of the logits = exact top-1 at k=1"
+    assert compare(exact, ref, "ref")["tok_diff_ref"] == 0
+    assert compare(base, ref, "ref")["tok_diff_ref"] > 0.05, "bf16 softmax rounding picks other tokens"
+
+
+# ------------------------------------------------------------------------------------ scenario table
+
+
+def _scenario(draft, **top) -> scenario.Scenario:
+    return scenario.parse({"name": "t", "sweep": [], "draft": draft, **top}, "scen/t.toml")
+
+
+@pytest.mark.parametrize(
+    ("draft", "match"),
+    [
+        ({"topk_": 1}, r"scen/t\.toml: \[draft\]\.topk_: unknown key \(did you mean 'topk'\?\)"),
+        ({"dtypes": ["bf8"]}, r"\[draft\]\.dtypes: unknown dtype 'bf8'.*allowed: float32"),
+        (
+            {"variants": "identty"},
+            r"\[draft\]\.variants: unknown variant 'identty' \(did you mean 'identity'",
+        ),
+        ({"paths": ["graphs"]}, r"\[draft\]\.paths: unknown path 'graphs'"),
+        ({"topk": 0}, r"\[draft\]\.topk: expected one or a non-empty list of integers >= 1 and <= 64"),
+        ({"batch": []}, r"\[draft\]\.batch: expected one or a non-empty list"),
+        ({"num_draft_tokens": "many"}, r"\[draft\]\.num_draft_tokens: .*integers >= 2 or 'auto'"),
+        ({"num_steps": True}, r"\[draft\]\.num_steps:"),
+        (
+            {"logits": "peaked"},
+            r"\[draft\]\.logits: unknown logits behaviour 'peaked'.*allowed: head, near_ties",
+        ),
+        ({"kernels": "yes"}, r"\[draft\]\.kernels: expected true or false"),
+        ({"layers": 9}, r"\[draft\]\.layers: expected an integer from 1 to 4"),
+        ([{"vocab": 64}, {"hidden": 4}], r"\[draft#2\]\.hidden: .*integers >= 8"),
+        ([], r"\[\[draft\]\]: expected at least one table"),
+        (3, r"\[draft\]: expected a table"),
+    ],
+)
+def test_draft_table_errors_name_file_key_and_what_is_allowed(draft, match):
+    with pytest.raises(scenario.ScenarioError, match=match):
+        draft_sweeps(_scenario(draft))
+
+
+def test_draft_table_expands_with_aliases_and_auto_draft_tokens():
+    s = _scenario({"dtypes": ["bf16", "bfloat16"], "topk": [1, 4], "num_steps": 3, "variants": "identity"})
+    cases = expand_draft(s)
+    assert {c.head.dtype for c in cases} == {"bfloat16"}
+    assert {(c.loop.topk, c.loop.num_draft_tokens) for c in cases} == {(1, 4), (4, 13)}
+    assert len({c.case_id for c in cases}) == len(cases)
+
+
+@pytest.mark.parametrize("name", ["draft_quick", "draft_models"])
+def test_shipped_draft_scenarios_load_without_a_main_sweep(name):
+    from pathlib import Path
+
+    s = scenario.load(Path(__file__).resolve().parent.parent / "scenarios" / f"{name}.toml")
+    assert scenario.expand(s) == []
+    cases = expand_draft(s)
+    assert cases and {c.path for c in cases} >= {"eager", "graph"}
+    assert all(c.loop.problem() is None for c in cases)
+
+
+def test_scenario_without_draft_table_has_no_draft_cases():
+    assert expand_draft(scenario.parse({"name": "t"}, "t.toml")) == []
+
+
+# ------------------------------------------------------------------------------------ run_draft rows
+
+_BROKEN = Variant(
+    name="broken_draft_test",
+    select=lambda logits, k: (_ for _ in ()).throw(RuntimeError("selector exploded")),
+    accuracy="exact",
+    traffic=variants.get("identity").traffic,
+    summary="raises",
+)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, object]]:
+    registry = variants._load()
+    registry[_BROKEN.name] = _BROKEN
+    tiny = {"variants": "identity", "dtypes": "float32", "logits": "head", "hidden": 8, "batch": 1}
+    try:
+        draft = [
+            {
+                "variants": ["full_softmax", "argmax_ones", "identity", "triton_auto", _BROKEN.name],
+                "paths": ["eager", "graph"],
+                "dtypes": "float32",
+                "vocab": 256,
+                "hidden": 16,
+                "batch": 2,
+                "topk": [1, 2],
+                "num_steps": 2,
+                "logits": "head",
+                "cycles": 2,
+            },
+            {
+                "variants": "identity",
+                "paths": "compile",
+                "dtypes": "float32",
+                "vocab": 256,
+                "hidden": 16,
+                "batch": 2,
+                "topk": 2,
+                "num_steps": 2,
+                "logits": "head",
+                "cycles": 2,
+                "selection_share": False,
+            },
+            {**tiny, "vocab": 4, "topk": 8, "num_steps": 1},
+            {**tiny, "vocab": 64, "topk": 1, "num_draft_tokens": 9},
+        ]
+        s = _scenario(draft, timing={"warmup": 1, "reps": 5, "max_seconds": 0.05, "l2": "hot"})
+        info = detect("cpu")
+        env = {"scenario": s.name, "backend": info.backend, "device": info.name, "torch": torch.__version__}
+        return list(run_draft(s, info, env, progress=False))
+    finally:
+        registry.pop(_BROKEN.name, None)
+
+
+def _row(rows, **match) -> dict[str, object]:
+    found = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    assert len(found) == 1, match
+    return found[0]
+
+
+def test_rows_carry_every_column_in_order(rows):
+    assert rows
+    for row in rows:
+        assert list(row) == list(DRAFT_COLUMNS)
+        assert row["status"] in ("ok", "skipped", "error")
+        assert row["scenario"] == "t" and row["backend"] == "cpu"
+
+
+def test_ok_rows_have_cycle_time_share_kernels_and_parity(rows):
+    row = _row(rows, variant="identity", path="eager", topk=2, vocab=256)
+    assert row["status"] == "ok", row["reason"]
+    assert 0 < row["cycle_p20_us"] <= row["cycle_median_us"] <= row["cycle_p80_us"]
+    assert row["timing"] == "host perf_counter"
+    assert 0 <= row["selection_share"] <= 1 and row["noop_median_us"] > 0
+    assert row["kernels_per_cycle"] > 10 and row["kernels_unit"] == CPU_UNIT
+    assert math.isnan(row["launches_per_cycle"]) and math.isnan(row["device_median_us"])
+    assert row["trees"] == 4 and row["selections_per_cycle"] == 2
+    assert row["tok_diff_base"] == 0 and row["tok_diff_ref"] == 0
+    assert row["consumer_vs_base"] in ("identical", "scores within rounding")
+    assert row["orphan_trees"] == 0
+    ones = _row(rows, variant="argmax_ones", path="eager", topk=1, vocab=256)
+    assert ones["consumer_vs_base"] == "scores differ (same tokens)" and ones["tok_diff_base"] == 0
+
+
+def test_graph_rows_are_skipped_on_the_cpu_with_the_reason(rows):
+    graph = [r for r in rows if r["path"] == "graph"]
+    assert graph and all(r["status"] == "skipped" for r in graph)
+    assert all("needs a CUDA or ROCm GPU" in str(r["reason"]) for r in graph)
+
+
+def test_compile_path_matches_eager(rows):
+    row = _row(rows, variant="identity", path="compile")
+    if kernels.interpreting() and row["status"] == "skipped":
+        pytest.skip(str(row["reason"]))
+    assert row["status"] == "ok", row["reason"]
+    assert row["tok_diff_eager"] == row["parent_diff_eager"] == row["pos_diff_eager"] == 0
+    assert row["score_relerr_eager"] < 1e-4
+    assert row["bitexact_eager"] in (True, False)
+    assert math.isnan(row["selection_share"])
+
+
+def test_cases_that_cannot_run_or_break_become_rows(rows):
+    triton = _row(rows, variant="triton_auto", path="eager", topk=1, vocab=256)
+    assert triton["status"] == "skipped" and "TRITON_INTERPRET" in str(triton["reason"])
+    too_wide = _row(rows, vocab=4)
+    assert too_wide["status"] == "skipped" and too_wide["reason"] == "topk 8 > vocab 4"
+    too_many = _row(rows, vocab=64)
+    assert too_many["status"] == "skipped" and "num_draft_tokens - 1 = 8 exceeds" in str(too_many["reason"])
+    broken = _row(rows, variant=_BROKEN.name, path="eager", topk=1)
+    assert broken["status"] == "error" and broken["reason"] == "RuntimeError: selector exploded"
+
+
+def test_draft_html_renders(rows, tmp_path):
+    frame = pd.DataFrame(rows)
+    page = draft_html(frame)
+    assert "<section" not in page and page.count("<h3>") == 5  # the body of the report's draft section
+    assert page.count('class="figure"') >= 2 and page.count("<table") >= 3
+    assert "needs a CUDA or ROCm GPU" in page and "scores differ (same tokens)" in page
+    assert "<script src" not in page
+    frame.to_csv(tmp_path / "draft.csv", index=False)
+    assert page.count("<table") == draft_html(pd.read_csv(tmp_path / "draft.csv")).count("<table")
+    assert "No draft-loop rows" in draft_html(pd.DataFrame())
+    assert "<h3>" in draft_html(frame.drop(columns=["kernels_per_cycle", "selection_share"]))
+
+
+# ------------------------------------------------------------------------------------ pieces
+
+
+def test_timing_unroll_is_capped_per_backend():
+    assert timing_unroll(20, "cuda", 3) == min(20, GRAPH_UNROLL_CAP["cuda"] // 3)
+    assert timing_unroll(20, "rocm", 3) == GRAPH_UNROLL_CAP["rocm"] // 3
+    assert timing_unroll(20, "rocm", 16) == 1
+    assert timing_unroll(20, "cpu", 1) == 1
+    assert timing_unroll(2, "cuda", 1) == 2
+
+
+def test_cpu_kernel_count_is_top_level_aten_ops():
+    head, config = _head(vocab=128, hidden=8), LoopConfig(1, 2, 3)
+    loop = DraftLoop(head, variants.get("full_softmax").select, config)
+    tokens, hidden = inputs_for(head.config, 1, config.extend_tokens, 1, "cpu")[0]
+    counted = count_kernels(lambda: loop.cycle_tuple(tokens, hidden), torch.device("cpu"))
+    assert counted.unit == CPU_UNIT and counted.kernels > 10 and math.isnan(counted.launches)
+
+
+def test_head_is_deterministic_from_its_seed():
+    a, b = _head("bfloat16", "near_ties"), _head("bfloat16", "near_ties")
+    assert torch.equal(a.lm_head, b.lm_head) and a.lm_head.dtype == torch.bfloat16
+    c = DraftHead(HeadConfig(512, 32, "bfloat16", logits="near_ties", seed=1))
+    assert not torch.equal(a.lm_head, c.lm_head)

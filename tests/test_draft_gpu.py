@@ -1,0 +1,149 @@
+"""The draft loop on a GPU: one captured graph per batch size, graph replay = eager bit for bit, a clear
+capture failure, the graph cache's cap, the unroll cap of the timing graph, and run_draft's graph rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support import needs_gpu
+
+from perfsuite import scenario, variants
+from perfsuite.device import GRAPH_UNROLL_CAP, detect
+from perfsuite.draft import (
+    DraftHead,
+    DraftLoop,
+    GraphCache,
+    HeadConfig,
+    LoopConfig,
+    inputs_for,
+    run_draft,
+    timing_unroll,
+)
+from perfsuite.draft.clock import device_sampler
+from perfsuite.draft.consumer import identical
+from perfsuite.draft.graph import graph_body
+from perfsuite.paths import GraphCaptureError
+from perfsuite.scenario import Timing
+
+pytestmark = needs_gpu
+GPU = torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu")
+TORCH_VARIANTS = ("full_softmax", "argmax_ones", "identity")
+
+
+def _runnable() -> list[str]:
+    return [n for n in variants.names() if variants.get(n).available(GPU) is None]
+
+
+def _head(dtype: str = "bfloat16", vocab: int = 32000, logits: str = "head") -> DraftHead:
+    return DraftHead(HeadConfig(vocab, 128, dtype, logits=logits), GPU)
+
+
+@pytest.mark.parametrize("name", _runnable() if torch.cuda.is_available() else list(TORCH_VARIANTS))
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_graph_replay_equals_eager_bit_for_bit(name, dtype):
+    head, config = _head(dtype), LoopConfig(4, 3, 9)
+    loop = DraftLoop(head, variants.get(name).select, config)
+    cache = GraphCache(GPU)
+    try:
+        for batch in (1, 8):
+            graph = cache.get(loop, batch, ("t", name))
+            for tokens, hidden in inputs_for(head.config, batch, config.extend_tokens, 3, GPU):
+                eager, replayed = loop.cycle(tokens, hidden), graph(tokens, hidden)
+                assert identical([replayed], [eager]), (name, dtype, batch)
+    finally:
+        cache.clear()
+
+
+def test_one_graph_per_batch_size_and_the_cache_cap():
+    head, config = _head(), LoopConfig(1, 3, 4)
+    loop = DraftLoop(head, variants.get("identity").select, config)
+    cache = GraphCache(GPU, max_graphs=2)
+    try:
+        g1 = cache.get(loop, 1, "k")
+        assert cache.get(loop, 1, "k") is g1
+        g4 = cache.get(loop, 4, "k")
+        assert g4 is not g1 and len(cache) == 2
+        cache.get(loop, 1, "k")  # g1 most recently used: g4 goes next
+        cache.get(loop, 16, "k")
+        assert len(cache) == 2 and (4, "k") not in cache.graphs and (1, "k") in cache.graphs
+        # the graphs share one pool and still replay correctly in any order
+        for batch in (16, 1, 16):
+            tokens, hidden = inputs_for(head.config, batch, config.extend_tokens, 1, GPU)[0]
+            assert identical([cache.get(loop, batch, "k")(tokens, hidden)], [loop.cycle(tokens, hidden)])
+    finally:
+        cache.clear()
+    assert len(cache) == 0
+
+
+def test_capture_failure_is_a_clear_graph_capture_error():
+    def syncs(logits, k):
+        if logits.sum().item() > 1e30:  # a host sync: not capturable
+            return None
+        return variants.get("identity").select(logits, k)
+
+    loop = DraftLoop(_head(vocab=1024), syncs, LoopConfig(2, 2, 4))
+    cache = GraphCache(GPU)
+    with pytest.raises(GraphCaptureError, match=r"draft graph capture failed \(batch 2\): "):
+        cache.get(loop, 2, "sync")
+    assert len(cache) == 0
+    cache.clear()
+    # the device is still usable afterwards
+    ok = DraftLoop(_head(vocab=1024), variants.get("identity").select, LoopConfig(2, 2, 4))
+    tokens, hidden = inputs_for(ok.head.config, 2, 3, 1, GPU)[0]
+    assert ok.cycle(tokens, hidden).draft_tokens.shape == (2, 3)
+
+
+@pytest.mark.parametrize("steps", [1, 3, 5])
+def test_timing_graph_unroll_is_capped(steps):
+    info = detect("cuda:0")
+    head, config = _head(vocab=4096), LoopConfig(1, steps, steps + 1)
+    loop = DraftLoop(head, variants.get("full_softmax").select, config)
+    cache = GraphCache(GPU)
+    try:
+        graph = cache.get(loop, 2, "u")
+        unroll = timing_unroll(20, info.backend, steps)
+        assert unroll * steps <= max(GRAPH_UNROLL_CAP[info.backend], steps)
+        sampler = device_sampler(graph.replay, graph_body(graph, loop), info, Timing(l2="hot"), unroll)
+        assert sampler.method == f"graph replay x{unroll}"
+        assert sampler.sample() > 0
+    finally:
+        cache.clear()
+
+
+def test_run_draft_graph_rows():
+    s = scenario.parse(
+        {
+            "name": "g",
+            "sweep": [],
+            "draft": {
+                "variants": list(TORCH_VARIANTS),
+                "paths": ["eager", "graph"],
+                "dtypes": "bfloat16",
+                "vocab": 32000,
+                "hidden": 128,
+                "batch": [1, 8],
+                "topk": [1, 4],
+                "num_steps": 3,
+                "logits": "head",
+                "cycles": 4,
+                "max_graphs": 3,
+            },
+            "timing": {"warmup": 2, "reps": 10, "max_seconds": 0.2},
+        },
+        "g.toml",
+    )
+    info = detect("cuda:0")
+    rows = list(run_draft(s, info, {"backend": info.backend, "device": info.name}, progress=False))
+    assert all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows if r["status"] != "ok"]
+    graph = [r for r in rows if r["path"] == "graph"]
+    assert all(r["bitexact_eager"] is True for r in graph)
+    assert all(r["graphs_cached"] <= 3 for r in graph)
+    for r in graph:
+        eager = next(
+            e
+            for e in rows
+            if e["path"] == "eager" and all(e[k] == r[k] for k in ("variant", "batch", "topk"))
+        )
+        assert r["launches_per_cycle"] < eager["launches_per_cycle"]
+        assert r["device_timing"].startswith("graph replay x")
+        assert eager["device_timing"] == "device events"
