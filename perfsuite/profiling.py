@@ -33,7 +33,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule,
 from perfsuite import timing
 from perfsuite.device import DeviceInfo, detect, synchronize
 from perfsuite.memory import native_stderr_silenced
-from perfsuite.runner import CaseRunner
+from perfsuite.runner import CaseRunner, case_row
 from perfsuite.scenario import Case, Scenario, ScenarioError, expand
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -212,20 +212,8 @@ class ProfileOutcome:
 
 
 def _case_columns(case: Case, info: DeviceInfo) -> dict[str, object]:
-    return {
-        "case_id": case.case_id,
-        "run": run_name(case),
-        "device": info.name,
-        "backend": info.backend,
-        "variant": case.variant,
-        "path": case.path,
-        "dtype": case.dtype,
-        "vocab": case.vocab,
-        "batch": case.batch,
-        "topk": case.topk,
-        "logits": case.logits,
-        "l2": case.timing.l2,
-    }
+    """The case's identifying columns (as in results.csv) and its trace folder's name."""
+    return {**case_row(case, {"device": info.name, "backend": info.backend}), "run": run_name(case)}
 
 
 def profile_case(runner: CaseRunner, case: Case, out_dir: Path, calls: int) -> tuple[dict, pd.DataFrame]:
