@@ -1,7 +1,7 @@
 """Run-to-run comparison: match the cases of two results files and flag what got slower or less exact.
 
 Matching: two rows are the same case when `results.CASE_KEYS` (variant, path, dtype, vocab, batch, topk,
-logits, l2) and the device name are equal (`ignore_device` drops the device, to compare two machines).
+logits, l2, tp) and the device name are equal (`ignore_device` drops the device, to compare two machines).
 Noise rule: a case is slower when new median / base median exceeds 1 + threshold AND, where both rows carry
 p20/p80, the new p20 is above the base p80 (the middle 60 % of the two runs' samples do not overlap);
 faster mirrors it. A ratio past the threshold whose spreads overlap is `noisy`, not a regression.

@@ -50,8 +50,7 @@ class Group:
         """`[size, *x.shape]`: every rank's `x`, in rank order (one all-gather into one tensor)."""
         x = x.contiguous()
         out = torch.empty((self.size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        gather(out, x)
+        dist.all_gather_into_tensor(out, x)
         return out.view(self.size, *x.shape)
 
     def max(self, values: Sequence[float]) -> list[float]:
