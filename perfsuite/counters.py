@@ -221,28 +221,23 @@ def _version(path: str) -> str:
     return found.group(1) if found else ""
 
 
+TOOLS = {
+    # backend: (override variable, program, (install root variable, its default), what it is)
+    "cuda": ("PERFSUITE_NCU", "ncu", ("CUDA_HOME", "/usr/local/cuda"), "Nsight Compute (ncu)"),
+    "rocm": ("PERFSUITE_ROCPROFV3", "rocprofv3", ("ROCM_PATH", "/opt/rocm"), "rocprofv3 (rocprofiler-sdk)"),
+}
+
+
 def find_tool(backend: str) -> Tool:
     """The counter tool for a backend, or `CountersError` saying what is missing."""
-    if backend == "cuda":
-        env, name, places = (
-            "PERFSUITE_NCU",
-            "ncu",
-            [os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/bin/ncu"],
-        )
-        what = "Nsight Compute (ncu)"
-    elif backend == "rocm":
-        env, name, places = (
-            "PERFSUITE_ROCPROFV3",
-            "rocprofv3",
-            [os.environ.get("ROCM_PATH", "/opt/rocm") + "/bin/rocprofv3"],
-        )
-        what = "rocprofv3 (rocprofiler-sdk)"
-    else:
+    if backend not in TOOLS:
         raise CountersError(
             "hardware counters need a GPU (ncu on NVIDIA, rocprofv3 on AMD); "
             f"this run is on the {backend.upper()}"
         )
-    for candidate in (os.environ.get(env), shutil.which(name), *places):
+    env, name, (root_env, root), what = TOOLS[backend]
+    installed = os.path.join(os.environ.get(root_env, root), "bin", name)
+    for candidate in (os.environ.get(env), shutil.which(name), installed):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Tool(name, candidate, _version(candidate))
     raise CountersError(f"{what} not found on PATH (or set {env})")

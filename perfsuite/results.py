@@ -46,7 +46,7 @@ COLUMNS: dict[str, str] = {
     "copy_gbps": "measured device-to-device copy bandwidth (read + write), GB/s",
     "pct_peak": "gbps as a percent of peak_gbps",
     "pct_copy": "gbps as a percent of copy_gbps",
-    "peak_temp_bytes": "peak memory the call allocates beyond its input (measured)",
+    "peak_temp_bytes": "peak memory the call allocates beyond its input (measured; graph: the captured ops)",
     "model_temp_bytes": "largest temporary by the variant's model",
     "verdict": "parity against float64: pass | inexact | fail | n/a",
     "problem": "what the parity check found",

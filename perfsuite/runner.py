@@ -197,7 +197,10 @@ class CaseRunner:
         prepared = paths.prepare(case.path, variant.select, logits, case.topk)
         topk_p, topk_index = prepared.run()
         check = parity.check(variant.accuracy, topk_p, topk_index, ref, baseline)
-        return prepared, check, memory.peak_temp_bytes(prepared.run, self.info)
+        # a graph replay allocates nothing (its temporaries live in the graph's pool): measure the
+        # captured ops themselves, run once outside the graph
+        measured = prepared.body if prepared.graphed else prepared.run
+        return prepared, check, memory.peak_temp_bytes(measured, self.info)
 
     def _measure(self, case: Case) -> dict[str, object]:
         prepared, check, peak_temp = self.prepare(case)
@@ -291,9 +294,9 @@ class RunOutcome:
         return f[(f["accuracy"] == "exact") & (f["verdict"] == "fail")]
 
 
-def _progress(items: Iterable[T], enabled: bool, label: str | None = None) -> Iterable[T]:
+def progress_bar(items: Iterable[T], enabled: bool, label: str | None = None) -> Iterable[T]:
     """`items` behind a progress bar on stderr when enabled."""
-    if not enabled:
+    if not enabled or (isinstance(items, list) and not items):
         return items
     from tqdm import tqdm
 
@@ -312,7 +315,7 @@ def run_scenario(
 
     `counters`: also measure each ok case's HBM bytes with the vendor's counter tool (slow; see counters.py).
     """
-    from perfsuite.draft import DraftRunner, expand_draft
+    from perfsuite.draft import expand_draft, run_draft
 
     info = detect(scenario.device)
     env = environment(info, scenario.name)
@@ -330,19 +333,15 @@ def run_scenario(
     runner = CaseRunner(info, env, counters=collector)
     interrupted = False
     try:
-        for case in _progress(single, progress):
+        for case in progress_bar(single, progress):
             log.append(runner.run(case))
         if parallel:  # one torchrun launch per tp size; rank 0's rows come back as they finish
             from perfsuite.distributed.launch import run_tp_cases
 
-            for row in _progress(run_tp_cases(scenario.source, parallel, out_dir, env), progress, "tp"):
+            for row in progress_bar(run_tp_cases(scenario.source, parallel, out_dir, env), progress, "tp"):
                 log.append(row)
-        draft_runner = DraftRunner(info, env)
-        try:
-            for case in _progress(drafts, progress, "draft"):
-                draft_log.append(draft_runner.run(case))
-        finally:
-            draft_runner.close()
+        for row in run_draft(scenario, info, env, progress, cases=drafts):
+            draft_log.append(row)
     except KeyboardInterrupt:
         interrupted = True
     return finish(scenario, out_dir, log, draft_log, info, env, interrupted)

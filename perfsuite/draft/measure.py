@@ -8,8 +8,7 @@ row; the sweep goes on. Figures are named in `DRAFT_COLUMNS`.
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -24,7 +23,7 @@ from perfsuite.draft.graph import GraphCache, graph_body, timing_unroll
 from perfsuite.draft.head import DraftHead, HeadConfig, inputs_for
 from perfsuite.draft.loop import DraftLoop, DraftTree, constant_select, reference_select
 from perfsuite.draft.spec import DraftCase, expand_draft
-from perfsuite.runner import failure, stamp
+from perfsuite.runner import failure, progress_bar, stamp
 from perfsuite.scenario import Scenario
 from perfsuite.variants.base import Selector
 
@@ -38,28 +37,25 @@ SCORE_TOLERANCE = 0.05
 
 
 def run_draft(
-    scenario: Scenario, info: DeviceInfo, env: dict[str, object], progress: bool = True
+    scenario: Scenario,
+    info: DeviceInfo,
+    env: dict[str, object],
+    progress: bool = True,
+    cases: list[DraftCase] | None = None,
 ) -> Iterator[dict[str, object]]:
-    """One row per draft case of `scenario`, yielded as each finishes.
+    """One row per draft case of `scenario` (or of `cases`, e.g. those a resumed run still lacks), yielded
+    as each finishes.
 
     A malformed `[draft]` table raises `ScenarioError` before any case runs; after that nothing raises for
     one case (status skipped / error with its reason).
     """
-    cases = expand_draft(scenario)
+    cases = expand_draft(scenario) if cases is None else cases
     runner = DraftRunner(info, env)
     try:
-        for case in _progress(cases, progress):
+        for case in progress_bar(cases, progress, "draft"):
             yield runner.run(case)
     finally:
         runner.close()
-
-
-def _progress(cases: list[DraftCase], enabled: bool) -> Iterable[DraftCase]:
-    if not enabled or not cases:
-        return cases
-    from tqdm import tqdm
-
-    return tqdm(cases, unit="case", desc="draft", file=sys.stderr, dynamic_ncols=True)
 
 
 def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:

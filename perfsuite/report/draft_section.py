@@ -16,24 +16,10 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-CONFIG_KEYS = (
-    "device",
-    "dtype",
-    "vocab",
-    "hidden",
-    "batch",
-    "topk",
-    "num_steps",
-    "num_draft_tokens",
-    "logits",
-)
+SHAPE_KEYS = ("vocab", "hidden", "batch", "topk", "num_steps", "num_draft_tokens")
+CONFIG_KEYS = ("device", "dtype", *SHAPE_KEYS, "logits")
 NUMERIC = (
-    "vocab",
-    "hidden",
-    "batch",
-    "topk",
-    "num_steps",
-    "num_draft_tokens",
+    *SHAPE_KEYS,
     "cycle_median_us",
     "cycle_p20_us",
     "cycle_p80_us",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.distributed.tp_variants.base import Local
+from perfsuite import variants
+from perfsuite.distributed.tp_variants.base import Local, TPVariant, allgather_comm_bytes
 from perfsuite.variants.base import Traffic
 
 
@@ -25,3 +26,24 @@ def gather_traffic(batch: int, vocab: int, dtype: torch.dtype, tp: int) -> Traff
     receive = Traffic(slice_bytes, tp * slice_bytes, tp * slice_bytes)
     interleave = Traffic(tp * slice_bytes, tp * slice_bytes, tp * slice_bytes)
     return receive + interleave
+
+
+def allgather_variant(single_name: str, summary: str) -> TPVariant:
+    """`allgather_<single_name>`: gather the logits, then run the single-device variant on them."""
+    single = variants.get(single_name)
+
+    def select(local: Local, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return single.select(gather_logits(local), k)
+
+    def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> Traffic:
+        return gather_traffic(batch, vocab, dtype, tp) + single.traffic(batch, vocab, k, dtype)
+
+    return TPVariant(
+        name=f"allgather_{single_name}",
+        select=select,
+        accuracy=single.accuracy,
+        traffic=traffic,
+        comm_bytes=allgather_comm_bytes,
+        summary=summary,
+        lowest_index_ties=single.lowest_index_ties,
+    )
