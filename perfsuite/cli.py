@@ -1,8 +1,9 @@
-"""Command line: `perfsuite list | run | report | profile | compare | call | variants`.
+"""Command line: `perfsuite list | run | report | profile | compare | call | kernels | tune | variants`.
 
-Exit status: 0 done; 1 an exact variant failed parity (everything is written first), or `compare` found
-a regression; 2 bad input (a malformed scenario or results file, an unknown variant) with one message and
-no traceback; 3 `call` on a case that cannot run here; 130 interrupted (what was measured is written).
+Exit status: 0 done; 1 an exact variant failed parity (everything is written first), `compare` found
+a regression, or `kernels` found a kernel that does not compile or spills; 2 bad input (a malformed
+scenario or results file, an unknown variant) with one message and no traceback; 3 `call` on a case that
+cannot run here; 130 interrupted (what was measured is written).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from perfsuite import variants
 from perfsuite.scenario import ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_REGRESSION, EXIT_SKIPPED = 1, 3
+EXIT_REGRESSION, EXIT_PROBLEM, EXIT_SKIPPED = 1, 1, 3
 
 
 class UsageError(Exception):
@@ -197,6 +198,94 @@ def _sibling(path: Path, n_results: int) -> Path | None:
     return path if n_results == 1 and path.exists() else None
 
 
+KERNEL_COLUMNS = [
+    "target",
+    "dtype",
+    "kernel",
+    "constants",
+    "num_warps",
+    "rows_aligned",
+    "registers",
+    "spill_bytes",
+    "shared_bytes",
+    "occupancy",
+    "widest_load_bytes",
+    "error",
+]
+
+
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    import os
+
+    from perfsuite import kernels
+    from perfsuite.inputs import dtype_of
+    from perfsuite.kernels import resources
+
+    unknown = sorted(set(args.target) - set(resources.TARGETS))
+    if unknown:
+        raise UsageError(f"unknown target {', '.join(unknown)}; known: {', '.join(resources.TARGETS)}")
+    if not kernels.triton_installed():
+        raise UsageError("`kernels` compiles the Triton kernels: install triton")
+    if kernels.interpreting():
+        if "triton" in sys.modules:
+            raise UsageError("`kernels` compiles for GPUs: unset TRITON_INTERPRET")
+        os.environ.pop(kernels.INTERPRET_ENV)  # Triton not imported yet: compile, do not interpret
+    cases = expand(load(args.scenario))
+    shapes = {(dtype_of(c.dtype), c.batch, c.vocab, c.topk) for c in cases}
+    table = resources.plan_resources(shapes, args.target or resources.DEFAULT_TARGETS)
+    if args.csv:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.csv, index=False)
+    # a distinct kernel: same configuration and same findings (alignment may change the compiled code)
+    shapes_of = table.groupby(KERNEL_COLUMNS, sort=False, dropna=False).size().rename("shapes")
+    distinct = table.drop_duplicates(KERNEL_COLUMNS).join(shapes_of, on=KERNEL_COLUMNS)
+    print(f"{len(shapes)} shapes, {len(distinct)} distinct kernels compiled")
+    print(distinct[[*KERNEL_COLUMNS, "shapes"]].to_string(index=False))
+    bad = distinct[(distinct["error"] != "") | (distinct["spill_bytes"].fillna(0) > 0)]
+    for row in bad.itertuples():
+        problem = row.error or f"spills {row.spill_bytes} bytes per thread"
+        print(f"perfsuite: {row.target} {row.kernel} {row.dtype} {row.constants}: {problem}", file=sys.stderr)
+    return EXIT_PROBLEM if len(bad) else EXIT_OK
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from perfsuite import kernels
+    from perfsuite.device import detect
+    from perfsuite.kernels import tuned, tuner
+
+    scenario = load(args.scenario)
+    info = detect(args.device or scenario.device)
+    reason = kernels.availability(info.device)
+    if reason:
+        raise UsageError(f"`tune` times the Triton kernels: {reason}")
+    name = tuned.slug(tuner.plans.hardware(info.device).name or info.name)
+    out = Path(args.out) if args.out else tuned.PACKAGED / f"{name}.json"
+    csv = Path(args.csv) if args.csv else out.with_suffix(".csv")
+    for path in (out, csv):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    shapes = tuner.shapes_of(expand(scenario))
+    print(f"tuning {len(shapes)} shapes on {info.name} -> {out}")
+
+    def write_as_it_goes(case, timed: list[tuner.Timed], outcome: tuner.TuneOutcome) -> None:
+        out.write_text(outcome.table.to_json())
+        outcome.frame.to_csv(csv, index=False)
+        usable = [t.median_us for t in timed if t.usable]
+        best = f"{min(usable):.2f} us" if usable else "no exact candidate"
+        shape = f"{case.dtype} B{case.batch} V{case.vocab} k{case.topk}"
+        print(f"  {shape}: {len(timed)} candidates, best {best}")
+
+    try:
+        outcome = tuner.tune(shapes, info, on_shape=write_as_it_goes)
+    except KeyboardInterrupt:
+        print(f"interrupted: the shapes tuned so far are in {out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(tuner.summary(outcome.table).to_string(index=False))
+    print(f"  table      {out}\n  candidates {csv}")
+    if out.parent != tuned.PACKAGED:
+        print(f"triton_auto uses it where {tuned.PLANS_ENV}={out} (or copy it into {tuned.PACKAGED})")
+    return EXIT_OK
+
+
 def _cmd_variants(args: argparse.Namespace) -> int:
     for name in variants.names():
         v = variants.get(name)
@@ -281,6 +370,36 @@ def parser() -> argparse.ArgumentParser:
         help="also wrap the calls in roctxProfilerResume/Pause (rocprofv3 --selected-regions)",
     )
     s.set_defaults(func=_cmd_call)
+
+    s = sub.add_parser(
+        "kernels",
+        help="compile the Triton kernels a scenario's shapes launch for GPU targets, without a GPU: "
+        "registers, spills, shared memory, occupancy, load width",
+        description="For every (dtype, batch, vocab, topk) of the scenario, the launch plan triton_auto "
+        "picks on each target, compiled ahead of time with the Triton compiler (no GPU needed; Triton's "
+        "bundled ptxas and cuobjdump for NVIDIA). Prints one row per distinct kernel; exit 1 when one does "
+        "not compile or spills registers.",
+    )
+    s.add_argument("scenario")
+    s.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        help="sm_80, sm_90, gfx90a, gfx942 (repeat; default sm_90 and gfx942)",
+    )
+    s.add_argument("--csv", help="write every (target, shape, launch) row as CSV")
+    s.set_defaults(func=_cmd_kernels)
+
+    s = sub.add_parser(
+        "tune",
+        help="time every launch plan of the Triton kernels per shape of a scenario on this GPU; write the "
+        "fastest exact ones as the device's tuned-plan table, which triton_auto then uses",
+    )
+    s.add_argument("scenario", help="its cases' dtype, batch, vocab, topk and path are the shapes tuned")
+    s.add_argument("--out", help="table JSON (default perfsuite/kernels/tuned/<device>.json)")
+    s.add_argument("--csv", help="every candidate's times (default: the table's name with .csv)")
+    s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
+    s.set_defaults(func=_cmd_tune)
 
     s = sub.add_parser("variants", help="list the registered variants")
     s.set_defaults(func=_cmd_variants)

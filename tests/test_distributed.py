@@ -26,6 +26,7 @@ from perfsuite.distributed.shard import local_slice, padded_width, shard_of
 from perfsuite.distributed.tp_variants import Local, sharded_triton
 from perfsuite.distributed.worker import CaseFailed, TPCaseRunner
 from perfsuite.inputs import make_logits
+from perfsuite.kernels import plan as plans
 from perfsuite.scenario import Case, ScenarioError, Timing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,12 +118,15 @@ def simulate(x: torch.Tensor, k: int, tp: int, use_triton: bool) -> tuple[torch.
         if not use_triton:
             wires.append(partials.torch_partial(logits, k, shard.start))
             continue
-        chunk, parts = sharded_triton.parts_per_rank(x.shape[0], x.shape[1], k, tp, 132)
+        hw = plans.hardware(x.device)
+        plan = sharded_triton.rank_plan(x.shape[0], x.shape[1], k, tp, hw, x.element_size())
         if shard.width == 0:
-            wires.append(partials.empty_wire(x.shape[0], parts, k, x.device))
+            wires.append(partials.empty_wire(x.shape[0], plan.n_splits, k, x.device))
             continue
-        part = topk_softmax.row_partials(logits, min(k, shard.width), chunk=chunk, index_offset=shard.start)
-        wires.append(partials.pack(part.max, part.sumexp, part.values, part.indices, k, parts))
+        part = topk_softmax.row_partials(
+            logits, min(k, shard.width), chunk=plan.chunk, block=plan.block, index_offset=shard.start
+        )
+        wires.append(partials.pack(part.max, part.sumexp, part.values, part.indices, k, plan.n_splits))
     wire = partials.interleave(torch.stack(wires))
     if use_triton:
         return topk_softmax.merge_partials(topk_softmax.Partials(*partials.unpack(wire)), k)
@@ -166,7 +170,7 @@ def test_bytes_models_per_rank():
         tp_variants.get("sharded_torch").comm_bytes(batch, vocab, k, BF16, tp)
         == (tp - 1) * batch * (2 + 2 * k) * 4
     )
-    _, parts = sharded_triton.parts_per_rank(batch, vocab, k, tp, sharded_triton._sms())
+    parts = sharded_triton.rank_plan(batch, vocab, k, tp, plans.hardware(), 2).n_splits
     assert sharded_triton.comm_bytes(batch, vocab, k, BF16, tp) == (tp - 1) * batch * parts * (2 + 2 * k) * 4
     for name in tp_variants.names():
         variant = tp_variants.get(name)

@@ -91,7 +91,7 @@ def test_registered_variants(name):
 
 def test_auto_runs_split_at_batch_one_and_agrees_with_fused():
     logits = make_logits("zipf", 1, 8193, F16, seed=5, device=DEVICE, row_pad=3)
-    assert plans.choose(1, 8193, 2, plans.sm_count(DEVICE)).kernel == "split"
+    assert plans.choose(1, 8193, 2, plans.hardware(DEVICE)).kernel == "split"
     auto = variants.get("triton_auto")(logits, 2)
     assert_exact(logits, 2, *auto)
     assert torch.equal(auto[1], ts.fused_topk_softmax(logits, 2)[1])
@@ -191,6 +191,41 @@ def test_partials_merge_across_ranks():
     assert_exact(logits, 3, *ts.merge_partials(merged, 3))  # fewer than the partials carry
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_unaligned_views_use_head_body_tail(dtype, offset):
+    """A view starting `offset` columns into a wider buffer (rows not 16-byte aligned, different per row):
+    a head up to the first aligned column, unmasked aligned tiles, a tail; NaN and +inf in head and tail."""
+    vocab, stride = 203, 211
+    buffer = make_logits("gaussian", 4, stride, F32, seed=offset).to(dtype)
+    buffer[:, offset + vocab :] = 1e30  # padding past the row: must never be read
+    logits = buffer[:, offset : offset + vocab]
+    logits[1, 0] = NAN  # head
+    logits[2, vocab - 1] = INF  # tail
+    layout = ts.RowLayout.of(logits)
+    assert layout.phase == (buffer.data_ptr() // logits.element_size() + offset) % layout.vec
+    for select in (fused(32), split(64, 16), split(203, 64)):
+        p, idx = select(logits, 4)
+        ref = parity.reference(logits, 4)
+        assert torch.equal(idx.cpu(), ref.index.cpu()), select
+        finite = [0, 3]
+        expected = ref.prob[finite].float().cpu()
+        torch.testing.assert_close(p[finite].cpu(), expected, rtol=parity.EXACT_RTOL, atol=0)
+        assert idx[1, 0] == 0 and idx[2, 0] == vocab - 1 and p[1:3].isnan().all()
+
+
+def test_launches_describe_the_plan():
+    layout = ts.RowLayout.contiguous(151936, 2)
+    fused_only = ts.plan_launches(64, 151936, 8, plans.Plan("fused", 4096, 8), layout)
+    assert [(x.kernel, x.grid) for x in fused_only] == [("fused", (64,))]
+    assert fused_only[0].constants == {"K": 8, "KP": 8, "BLOCK": 4096, "VEC": 8}
+    plan = plans.split_plan(1, 151936, 8, plans.Hardware())
+    stage1, merge = ts.plan_launches(1, 151936, 8, plan, layout)
+    assert stage1.grid == (1, plan.n_splits) and stage1.scalars["chunk"] == plan.chunk
+    assert merge.kernel == "merge" and merge.scalars == {"n_parts": plan.n_splits, "part_k": 8}
+    assert set(ts.KERNELS[stage1.kernel].arg_names) >= {*stage1.scalars, *stage1.constants}
+
+
 def test_partials_layout():
     logits = make_logits("gaussian", 2, 300, BF16, seed=4, device=DEVICE, row_pad=5)
     parts = ts.row_partials(logits, 4, chunk=128, block=32)
@@ -225,22 +260,35 @@ def test_row_offsets_are_int64():
 
 
 def test_auto_picker():
-    sms = 132
-    assert plans.choose(1, 151936, 1, sms).kernel == "split"
-    assert plans.choose(16, 248320, 8, sms).kernel == "split"
-    assert plans.choose(int(plans.SPLIT_MAX_BATCH_FRACTION * sms), 129280, 1, sms).kernel == "split"
-    assert plans.choose(int(plans.SPLIT_MAX_BATCH_FRACTION * sms) + 1, 129280, 1, sms).kernel == "fused"
-    assert plans.choose(256, 151936, 1, sms).kernel == "fused"
-    assert plans.choose(1, 2 * plans.SPLIT_MIN_CHUNK - 1, 1, sms).kernel == "fused"  # too short to split
-    assert plans.choose(8, 151936, 1, 16).kernel == "fused"  # a small GPU is filled by 8 rows sooner
-    assert plans.sm_count(torch.device("cpu")) == plans.DEFAULT_SM_COUNT
+    hw = plans.Hardware(sms=132)
+    sms = hw.sms
+    assert plans.choose(1, 151936, 1, hw).kernel == "split"
+    assert plans.choose(16, 248320, 8, hw).kernel == "split"
+    assert plans.choose(int(plans.SPLIT_MAX_BATCH_FRACTION * sms), 129280, 1, hw).kernel == "split"
+    assert plans.choose(int(plans.SPLIT_MAX_BATCH_FRACTION * sms) + 1, 129280, 1, hw).kernel == "fused"
+    assert plans.choose(256, 151936, 1, hw).kernel == "fused"
+    assert plans.choose(1, 2 * plans.SPLIT_MIN_CHUNK - 1, 1, hw).kernel == "fused"  # too short to split
+    assert plans.choose(8, 151936, 1, plans.Hardware(sms=16)).kernel == "fused"  # a small GPU fills sooner
+    assert plans.hardware(torch.device("cpu")) == plans.Hardware()
     for batch, vocab, k in [(1, 151666, 1), (1, 151936, 16), (4, 248320, 8), (30, 8193, 2), (1, 262144, 64)]:
-        plan = plans.split_plan(batch, vocab, k, sms)
+        plan = plans.split_plan(batch, vocab, k, hw)
         assert plan.chunk % plan.block == 0 and plan.chunk >= plans.SPLIT_MIN_CHUNK
         assert (plan.n_splits - 1) * plan.chunk < vocab <= plan.n_splits * plan.chunk
         assert plan.n_splits * k <= max(plans.SPLIT_MAX_CANDIDATES, k)
         assert plan.n_splits <= plans.SPLIT_MAX_SPLITS
-    assert plans.split_plan(1, 151936, 1, sms).n_splits >= sms // 2  # spread over most SMs
+    assert plans.split_plan(1, 151936, 1, hw).n_splits >= sms // 2  # spread over most SMs
+
+
+@pytest.mark.parametrize("element_size", [2, 4])
+@pytest.mark.parametrize("warp_size", [32, 64])
+def test_plans_give_every_thread_a_16_byte_load(element_size, warp_size):
+    """On ROCm (wavefronts of 64) a bf16 tile of 1024 columns over 4 wavefronts would leave 8 bytes per
+    thread: the plans grow the tile instead."""
+    hw = plans.Hardware(sms=304, warp_size=warp_size)
+    for batch in (1, 16, 64, 512):
+        plan = plans.choose(batch, 151936, 8, hw, element_size)
+        assert plan.block * element_size >= plans.LOAD_BYTES * warp_size * plan.num_warps
+        assert plan.kernel != "split" or plan.chunk % plan.block == 0
 
 
 def test_traffic_models():
@@ -248,7 +296,7 @@ def test_traffic_models():
     ideal = ideal_traffic(batch, vocab, k, BF16)
     assert variants.get("triton_fused").traffic(batch, vocab, k, BF16) == ideal
     split_traffic = variants.get("triton_split").traffic(batch, vocab, k, BF16)
-    n_splits = plans.split_plan(batch, vocab, k, plans.sm_count(DEVICE)).n_splits
+    n_splits = plans.split_plan(batch, vocab, k, plans.hardware(DEVICE), 2).n_splits
     extra = plans.partial_bytes(batch, n_splits, k)
     assert split_traffic.read == ideal.read + extra and split_traffic.write == ideal.write + extra
     assert variants.get("triton_auto").traffic(512, vocab, k, BF16) == ideal_traffic(512, vocab, k, BF16)

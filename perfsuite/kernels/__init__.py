@@ -1,7 +1,9 @@
 """Triton kernels for exact top-k softmax selection, and the launch plan that picks between them.
 
 Importing this package never imports Triton: `perfsuite.kernels.topk_softmax` does (lazily, when a
-variant first runs), and `perfsuite.kernels.plan` holds the Triton-free shape heuristic and tuning knobs.
+variant first runs). `plan` holds the Triton-free shape heuristic and its knobs, `tuned` the tables of plans
+measured on a GPU and `tuner` what measures them (`perfsuite tune`), `resources` the ahead-of-time compile
+report (`perfsuite kernels`).
 
     availability(device) -> None when the kernels can run on `device`, else a short reason
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import torch
@@ -39,6 +40,9 @@ MERGE_TILE = 1024
 MERGE_PART_TILE = 256
 MERGE_NUM_WARPS = 4
 
+LOAD_BYTES = 16
+"""Bytes of the widest global load: a tile gives every thread at least this much per step."""
+
 Kernel = Literal["fused", "split"]
 
 
@@ -53,56 +57,90 @@ class Plan:
     chunk: int = 0  # split only: columns per split program (a multiple of `block`)
 
 
-def sm_count(device: torch.device | str | None = None) -> int:
-    """SMs (NVIDIA) or CUs (AMD) of `device`; DEFAULT_SM_COUNT for the CPU or when it cannot be asked."""
-    device = torch.device(device) if device is not None else None
-    if device is None or device.type != "cuda" or not torch.cuda.is_available():
-        return DEFAULT_SM_COUNT
+@dataclass(frozen=True)
+class Hardware:
+    """What a launch plan needs to know of the GPU: SMs (CUs on ROCm), threads per warp (wavefront), and
+    the name tuned plans are filed under ("" where there is no GPU)."""
+
+    sms: int = DEFAULT_SM_COUNT
+    warp_size: int = 32
+    name: str = ""
+
+
+def hardware(device: torch.device | str | None = None) -> Hardware:
+    """The Hardware of `device` (default: the current GPU); the default Hardware (H100/H200-like, no name)
+    for the CPU, without a GPU, or when it cannot be asked."""
+    device = torch.device(device if device is not None else "cuda")
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return Hardware()
     try:
         index = device.index if device.index is not None else torch.cuda.current_device()
-        return int(torch.cuda.get_device_properties(index).multi_processor_count)
+        return _cuda_hardware(index)
     except (RuntimeError, AssertionError):
-        return DEFAULT_SM_COUNT
+        return Hardware()
 
 
-def fused_plan(block: int = FUSED_BLOCK, num_warps: int = FUSED_NUM_WARPS) -> Plan:
-    return Plan("fused", block, num_warps)
+@cache
+def _cuda_hardware(index: int) -> Hardware:
+    props = torch.cuda.get_device_properties(index)
+    warp = getattr(props, "warp_size", 64 if torch.version.hip else 32)
+    return Hardware(int(props.multi_processor_count), int(warp), props.name)
+
+
+def min_block(element_size: int, warp_size: int, num_warps: int) -> int:
+    """Fewest columns per tile that give each of the program's threads one LOAD_BYTES load."""
+    return LOAD_BYTES // element_size * warp_size * num_warps
+
+
+def fused_plan(
+    hw: Hardware = Hardware(),
+    element_size: int = 2,
+    *,
+    block: int = FUSED_BLOCK,
+    num_warps: int = FUSED_NUM_WARPS,
+) -> Plan:
+    return Plan("fused", max(block, min_block(element_size, hw.warp_size, num_warps)), num_warps)
 
 
 def split_plan(
     batch: int,
     vocab: int,
     k: int,
-    sms: int = DEFAULT_SM_COUNT,
+    hw: Hardware = Hardware(),
+    element_size: int = 2,
     *,
     block: int = SPLIT_BLOCK,
     num_warps: int = SPLIT_NUM_WARPS,
     min_chunk: int = SPLIT_MIN_CHUNK,
+    waves: float = SPLIT_WAVES,
 ) -> Plan:
-    """Spread each row over enough programs to fill about SPLIT_WAVES waves of the SMs.
+    """Spread each row over enough programs to fill about `waves` waves of the SMs (B * splits ~ waves * SMs).
 
     Chunks are a multiple of `block` and at least `min_chunk` columns; the number of splits is capped by
-    SPLIT_MAX_SPLITS and by SPLIT_MAX_CANDIDATES // k (the merge's work).
+    SPLIT_MAX_SPLITS and by SPLIT_MAX_CANDIDATES // k (the merge's work). `block` grows to `min_block`
+    (e.g. 2048 bf16 columns for 4 wavefronts of 64 on ROCm), so that every load is 16 bytes wide.
     """
-    target = math.ceil(SPLIT_WAVES * sms / max(batch, 1))
+    block = max(block, min_block(element_size, hw.warp_size, num_warps))
+    target = math.ceil(waves * hw.sms / max(batch, 1))
     target = max(1, min(target, SPLIT_MAX_SPLITS, max(1, SPLIT_MAX_CANDIDATES // k)))
     chunk = max(min_chunk, math.ceil(vocab / target))
     chunk = math.ceil(chunk / block) * block
     return Plan("split", block, num_warps, n_splits=math.ceil(vocab / chunk), chunk=chunk)
 
 
-def choose(batch: int, vocab: int, k: int, sms: int = DEFAULT_SM_COUNT) -> Plan:
-    """The exact kernel expected to be fastest for `[batch, vocab]`, top-`k`, on a device with `sms` SMs.
+def choose(batch: int, vocab: int, k: int, hw: Hardware = Hardware(), element_size: int = 2) -> Plan:
+    """The exact kernel expected to be fastest for `[batch, vocab]`, top-`k`, on `hw`, by heuristic.
 
     The fused kernel runs one program per row, so with B rows it keeps at most B SMs busy; each reads a whole
     row alone. Split spreads a row over many programs (more SMs pulling bandwidth at once) at the price of a
     second launch and a small partial round trip. So: split while the batch leaves most SMs idle
     (B <= SPLIT_MAX_BATCH_FRACTION * SMs) and the row holds at least two chunks of SPLIT_MIN_CHUNK columns;
-    fused otherwise. Without a GPU the crossover is a principled guess: tune the constants above on one.
+    fused otherwise. Without a GPU the crossover is a principled guess: `perfsuite tune` measures it on one
+    (`perfsuite.kernels.tuned`).
     """
-    if batch <= SPLIT_MAX_BATCH_FRACTION * sms and vocab >= 2 * SPLIT_MIN_CHUNK:
-        return split_plan(batch, vocab, k, sms)
-    return fused_plan()
+    if batch <= SPLIT_MAX_BATCH_FRACTION * hw.sms and vocab >= 2 * SPLIT_MIN_CHUNK:
+        return split_plan(batch, vocab, k, hw, element_size)
+    return fused_plan(hw, element_size)
 
 
 def partial_bytes(batch: int, n_splits: int, k: int) -> int:

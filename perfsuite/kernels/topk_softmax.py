@@ -10,6 +10,10 @@ logit, lowest index first, NaN above +inf". The top-k is the k largest of these 
 the same way whatever the tile size or the number of splits, and integer max never meets a NaN (float max
 treats NaN differently on GPUs and in the interpreter).
 
+Loads. Each scan reads its columns once: a masked head up to the row's first 16-byte boundary (the host
+passes the logits' alignment, `RowLayout`), whole tiles unmasked from there (`tl.multiple_of` lets the
+compiler emit 16-byte loads whatever V or the row stride), one masked tail tile.
+
 Softmax. The running max `m` is taken over the keys (NaN counted as +inf, so it is NaN-free); the running
 sum is a per-lane fp32 vector `s` rescaled by `exp(m_old - m_new)` when `m` grows, summed once at the end.
 One `exp` per element.
@@ -103,36 +107,73 @@ def _kth(run, slots, K: tl.constexpr):
 
 
 @triton.jit
-def _scan(row_ptr, col_start, col_end, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr):
-    """One pass over columns [col_start, col_end) of a row: (max, sum of exp(x - max), running top-k).
+def _consume(x, key, cols, m, s, run, kth_key, slots, K: tl.constexpr):
+    """Fold one tile into the scan state (m, s, run, kth_key); masked lanes hold x = -inf, key = _EMPTY_KEY.
 
-    max: largest logit, NaN counted as +inf (-inf when every value is -inf). sum: fp32; NaN when the range
-    holds a NaN or +inf. top-k: `[KP]` packed candidates, descending, _EMPTY past the range's length.
-    A tile's candidates are merged into the top-k only when the tile's best key beats the current k-th one
+    The tile's candidates are merged into the top-k only when its best key beats the current k-th one
     (tiles come in column order, so a tie with the k-th loses to it): most tiles skip the merge.
     """
-    lanes = tl.arange(0, BLOCK)
+    top_key = tl.max(key, axis=0)
+    top = _key_value(top_key)
+    top = tl.where(top != top, float("inf"), top)  # NaN counts as +inf
+    top = tl.where(top_key == _EMPTY_KEY, float("-inf"), top)  # an empty tile (head or tail)
+    m_new = tl.maximum(m, top)
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # all -inf so far: exp(-inf - 0) = 0, not NaN
+    s = s * tl.exp(m - shift) + tl.exp(x - shift)  # masked lanes hold -inf: exp gives 0
+    if top_key > kth_key:
+        packed = tl.where(key != _EMPTY_KEY, _pack(key, cols), _EMPTY)
+        run = _insert(run, packed, slots, K)
+        kth_key = (_kth(run, slots, K) >> 32).to(tl.int32)
+    return m_new, s, run, kth_key
+
+
+@triton.jit
+def _load_masked(logits_ptr, row_base, cols, col_end):
+    """fp32 logits of `cols` (< col_end), -inf past it, and their keys (_EMPTY_KEY past it)."""
+    mask = cols < col_end
+    x = tl.load(logits_ptr + row_base + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    return x, tl.where(mask, _order_key(x), _EMPTY_KEY)
+
+
+@triton.jit
+def _scan(
+    logits_ptr,
+    row_base,
+    phase,
+    col_start,
+    col_end,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    BLOCK: tl.constexpr,
+    VEC: tl.constexpr,
+):
+    """One pass over columns [col_start, col_end) of the row at `logits_ptr + row_base`.
+
+    Returns (max, sum of exp(x - max), running top-k). max: largest logit, NaN counted as +inf (-inf when
+    every value is -inf). sum: fp32; NaN when the range holds a NaN or +inf. top-k: `[KP]` packed
+    candidates, descending, _EMPTY past the range's length.
+    Loads: `phase` is the row start's offset in elements from a 16-byte boundary. A masked head of fewer
+    than VEC columns reaches the first aligned column, whole BLOCK tiles from there load unmasked and
+    aligned (one 16-byte load per VEC columns, whatever V or the row stride), then one masked tail tile.
+    """
     slots = tl.arange(0, KP)
+    lanes = tl.arange(0, BLOCK)
     run = tl.full([KP], _EMPTY, tl.int64)
     kth_key = tl.full([], _EMPTY_KEY, tl.int32)
     m = tl.full([], float("-inf"), tl.float32)
-    s = tl.zeros([BLOCK], tl.float32)
-    for start in range(col_start, col_end, BLOCK):
-        cols = start + lanes
-        mask = cols < col_end
-        x = tl.load(row_ptr + cols, mask=mask, other=float("-inf")).to(tl.float32)
-        key = tl.where(mask, _order_key(x), _EMPTY_KEY)
-        top_key = tl.max(key, axis=0)
-        top = _key_value(top_key)
-        top = tl.where(top != top, float("inf"), top)
-        m_old = m
-        m = tl.maximum(m, top)
-        shift = tl.where(m == float("-inf"), 0.0, m)  # all -inf so far: exp(-inf - 0) = 0, not NaN
-        s = s * tl.exp(m_old - shift) + tl.exp(x - shift)  # masked lanes hold -inf: exp gives 0
-        if top_key > kth_key:
-            packed = tl.where(mask, _pack(key, cols), _EMPTY)
-            run = _insert(run, packed, slots, K)
-            kth_key = (_kth(run, slots, K) >> 32).to(tl.int32)
+    aligned = tl.minimum(col_start + (VEC - (phase + col_start) % VEC) % VEC, col_end)
+    head = col_start + tl.arange(0, VEC)
+    x, key = _load_masked(logits_ptr, row_base, head, aligned)
+    m, s_head, run, kth_key = _consume(x, key, head, m, tl.zeros([VEC], tl.float32), run, kth_key, slots, K)
+    s = tl.where(lanes == 0, tl.sum(s_head, axis=0), 0.0)
+    body_end = aligned + (col_end - aligned) // BLOCK * BLOCK
+    for start in range(aligned, body_end, BLOCK):
+        offset = tl.multiple_of(row_base + start, VEC)
+        xb = tl.load(logits_ptr + offset + lanes).to(tl.float32)  # names of their own: x is [VEC] here
+        m, s, run, kth_key = _consume(xb, _order_key(xb), start + lanes, m, s, run, kth_key, slots, K)
+    tail = body_end + lanes
+    x, key = _load_masked(logits_ptr, row_base, tail, col_end)
+    m, s, run, kth_key = _consume(x, key, tail, m, s, run, kth_key, slots, K)
     return m, tl.sum(s, axis=0), run
 
 
@@ -154,11 +195,21 @@ def _write_topk(run, m, s, p_ptr, idx_ptr, slots, K: tl.constexpr):
 
 @triton.jit
 def _fused_kernel(
-    logits_ptr, p_ptr, idx_ptr, V, stride_row, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr
+    logits_ptr,
+    p_ptr,
+    idx_ptr,
+    V,
+    stride_row,
+    base_phase,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    BLOCK: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     """Program `row`: online softmax and running top-k over the whole row, then `[k]` outputs."""
     row = tl.program_id(0)
-    m, s, run = _scan(logits_ptr + row_offset(row, stride_row), 0, V, K, KP, BLOCK)
+    row_base = row_offset(row, stride_row)
+    m, s, run = _scan(logits_ptr, row_base, (base_phase + row_base) % VEC, 0, V, K, KP, BLOCK, VEC)
     slots = tl.arange(0, KP)
     _write_topk(run, m, s, p_ptr + row_offset(row, K), idx_ptr + row_offset(row, K), slots, K)
 
@@ -175,16 +226,19 @@ def _partials_kernel(
     chunk,
     n_splits,
     index_offset,
+    base_phase,
     K: tl.constexpr,
     KP: tl.constexpr,
     BLOCK: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     """Program (row, split): the partial of columns [split * chunk, min((split + 1) * chunk, V))."""
     row = tl.program_id(0)
     split = tl.program_id(1)
     start = split * chunk
     end = tl.minimum(start + chunk, V)
-    m, s, run = _scan(logits_ptr + row_offset(row, stride_row), start, end, K, KP, BLOCK)
+    row_base = row_offset(row, stride_row)
+    m, s, run = _scan(logits_ptr, row_base, (base_phase + row_base) % VEC, start, end, K, KP, BLOCK, VEC)
     part = row_offset(row, n_splits) + split
     tl.store(max_ptr + part, m)
     tl.store(sum_ptr + part, s)
@@ -287,6 +341,63 @@ class Partials:
         )
 
 
+ALIGN_BYTES = 16
+"""Width of the widest global load (128 bits): the scans' unmasked body tiles start at this alignment."""
+
+KERNELS = {"fused": _fused_kernel, "partials": _partials_kernel, "merge": _merge_kernel}
+
+POINTER_TYPES = {
+    "logits_ptr": "input",
+    "p_ptr": "fp32",
+    "max_ptr": "fp32",
+    "sum_ptr": "fp32",
+    "val_ptr": "fp32",
+    "idx_ptr": "i64",
+    "out_idx_ptr": "i64",
+}
+"""Element type of every kernel's pointer arguments, by name ("input": the logits' dtype)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch without its tensors: what runs it here, and what compiles it ahead of time."""
+
+    kernel: str  # a key of KERNELS
+    grid: tuple[int, ...]
+    scalars: dict[str, int]  # runtime integer arguments, by name
+    constants: dict[str, int]  # tl.constexpr arguments, by name
+    num_warps: int
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        """Launch on the pointer arguments `tensors`, in the kernel's order."""
+        kernel = KERNELS[self.kernel]
+        kernel[self.grid](*tensors, **self.scalars, **self.constants, num_warps=self.num_warps)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """How a `[B, V]` logits tensor sits in memory: what the scans need to align their loads."""
+
+    stride: int  # elements between row starts
+    phase: int  # the first row's start, in elements past a 16-byte boundary
+    element_size: int
+
+    @staticmethod
+    def of(logits: torch.Tensor) -> RowLayout:
+        size = logits.element_size()
+        return RowLayout(logits.stride(0), (logits.data_ptr() // size) % (ALIGN_BYTES // size), size)
+
+    @staticmethod
+    def contiguous(vocab: int, element_size: int) -> RowLayout:
+        """A freshly allocated `[B, vocab]` tensor (allocators return 16-byte aligned storage)."""
+        return RowLayout(vocab, 0, element_size)
+
+    @property
+    def vec(self) -> int:
+        """Columns per 16-byte load."""
+        return ALIGN_BYTES // self.element_size
+
+
 def _slots(k: int) -> int:
     """Width of the running top-k vector: a power of two >= k (at least 2)."""
     return max(2, triton.next_power_of_2(k))
@@ -295,6 +406,73 @@ def _slots(k: int) -> int:
 def _tile(block: int, columns: int) -> int:
     """`block` shrunk to the smallest power of two covering `columns` (at least 16)."""
     return max(16, min(block, triton.next_power_of_2(max(columns, 1))))
+
+
+def fused_launch(batch: int, vocab: int, k: int, layout: RowLayout, *, block: int, num_warps: int) -> Launch:
+    """`_fused_kernel` over `[batch, vocab]`: grid `(B,)`."""
+    return Launch(
+        "fused",
+        (batch,),
+        {"V": vocab, "stride_row": layout.stride, "base_phase": layout.phase},
+        {"K": k, "KP": _slots(k), "BLOCK": _tile(block, vocab), "VEC": layout.vec},
+        num_warps,
+    )
+
+
+def partials_launch(
+    batch: int,
+    vocab: int,
+    k: int,
+    layout: RowLayout,
+    *,
+    chunk: int,
+    block: int,
+    num_warps: int,
+    index_offset: int = 0,
+) -> Launch:
+    """`_partials_kernel` over `[batch, vocab]` in chunks of `chunk` columns: grid `(B, splits)`."""
+    chunk = max(1, chunk)
+    n_splits = -(-vocab // chunk)
+    scalars = {
+        "V": vocab,
+        "stride_row": layout.stride,
+        "chunk": chunk,
+        "n_splits": n_splits,
+        "index_offset": index_offset,
+        "base_phase": layout.phase,
+    }
+    constants = {"K": k, "KP": _slots(k), "BLOCK": _tile(block, chunk), "VEC": layout.vec}
+    return Launch("partials", (batch, n_splits), scalars, constants, num_warps)
+
+
+def merge_launch(
+    batch: int,
+    n_parts: int,
+    part_k: int,
+    k: int,
+    *,
+    tile: int = plans.MERGE_TILE,
+    part_tile: int = plans.MERGE_PART_TILE,
+    num_warps: int = plans.MERGE_NUM_WARPS,
+) -> Launch:
+    """`_merge_kernel` combining `n_parts` partials of top-`part_k` per row into the top-k: grid `(B,)`."""
+    constants = {
+        "K": k,
+        "KP": _slots(k),
+        "TILE": _tile(tile, n_parts * part_k),
+        "PART_TILE": _tile(part_tile, n_parts),
+    }
+    return Launch("merge", (batch,), {"n_parts": n_parts, "part_k": part_k}, constants, num_warps)
+
+
+def plan_launches(batch: int, vocab: int, k: int, plan: plans.Plan, layout: RowLayout) -> list[Launch]:
+    """The launches `run_plan` makes for this shape, layout and plan."""
+    if plan.kernel == "fused":
+        return [fused_launch(batch, vocab, k, layout, block=plan.block, num_warps=plan.num_warps)]
+    stage1 = partials_launch(
+        batch, vocab, k, layout, chunk=plan.chunk, block=plan.block, num_warps=plan.num_warps
+    )
+    return [stage1, merge_launch(batch, stage1.grid[1], k, k)]
 
 
 def _check(logits: torch.Tensor, k: int) -> None:
@@ -326,20 +504,10 @@ def fused_topk_softmax(
     _check(logits, k)
     batch, vocab = logits.shape
     topk_p, topk_index = _outputs(batch, k, logits.device)
-    if batch == 0:
-        return topk_p, topk_index
-    with _device_guard(logits):
-        _fused_kernel[(batch,)](
-            logits,
-            topk_p,
-            topk_index,
-            vocab,
-            logits.stride(0),
-            K=k,
-            KP=_slots(k),
-            BLOCK=_tile(block, vocab),
-            num_warps=num_warps,
-        )
+    if batch > 0:
+        launch = fused_launch(batch, vocab, k, RowLayout.of(logits), block=block, num_warps=num_warps)
+        with _device_guard(logits):
+            launch(logits, topk_p, topk_index)
     return topk_p, topk_index
 
 
@@ -349,46 +517,39 @@ def row_partials(
     *,
     n_splits: int | None = None,
     chunk: int | None = None,
-    block: int = plans.SPLIT_BLOCK,
-    num_warps: int = plans.SPLIT_NUM_WARPS,
+    block: int | None = None,
+    num_warps: int | None = None,
     index_offset: int = 0,
 ) -> Partials:
     """Stage 1 of the split kernel: each row cut into chunks, one program per (row, chunk) (grid `(B, S)`).
 
-    Give `chunk` (columns per split) or `n_splits`; by default the plan for this shape. Indices are
-    global columns plus `index_offset` (a tensor-parallel rank's first vocabulary column).
+    Give `chunk` (columns per split) or `n_splits`; what is not given comes from the split plan for this
+    shape and device. Indices are global columns plus `index_offset` (a tensor-parallel rank's first
+    vocabulary column).
     """
     _check(logits, k)
     batch, vocab = logits.shape
+    plan = plans.split_plan(batch, vocab, k, plans.hardware(logits.device), logits.element_size())
     if chunk is None:
-        if n_splits is None:
-            n_splits = plans.split_plan(batch, vocab, k, plans.sm_count(logits.device)).n_splits
-        chunk = -(-vocab // max(1, n_splits))
-    chunk = max(1, chunk)
-    n_splits = -(-vocab // chunk)
-    device = logits.device
-    part_max = torch.empty((batch, n_splits), dtype=torch.float32, device=device)
-    part_sum = torch.empty((batch, n_splits), dtype=torch.float32, device=device)
-    values = torch.empty((batch, n_splits, k), dtype=torch.float32, device=device)
-    indices = torch.empty((batch, n_splits, k), dtype=torch.int64, device=device)
+        chunk = plan.chunk if n_splits is None else -(-vocab // max(1, n_splits))
+    launch = partials_launch(
+        batch,
+        vocab,
+        k,
+        RowLayout.of(logits),
+        chunk=chunk,
+        block=block or plan.block,
+        num_warps=num_warps or plan.num_warps,
+        index_offset=index_offset,
+    )
+    shape, device = launch.grid, logits.device
+    part_max = torch.empty(shape, dtype=torch.float32, device=device)
+    part_sum = torch.empty(shape, dtype=torch.float32, device=device)
+    values = torch.empty((*shape, k), dtype=torch.float32, device=device)
+    indices = torch.empty((*shape, k), dtype=torch.int64, device=device)
     if batch > 0:
         with _device_guard(logits):
-            _partials_kernel[(batch, n_splits)](
-                logits,
-                part_max,
-                part_sum,
-                values,
-                indices,
-                vocab,
-                logits.stride(0),
-                chunk,
-                n_splits,
-                index_offset,
-                K=k,
-                KP=_slots(k),
-                BLOCK=_tile(block, chunk),
-                num_warps=num_warps,
-            )
+            launch(logits, part_max, part_sum, values, indices)
     return Partials(part_max, part_sum, values, indices)
 
 
@@ -412,24 +573,10 @@ def merge_partials(
     values, indices = partials.values.contiguous(), partials.indices.contiguous()
     batch, n_parts = part_max.shape
     topk_p, topk_index = _outputs(batch, k, part_max.device)
-    if batch == 0:
-        return topk_p, topk_index
-    with _device_guard(part_max):
-        _merge_kernel[(batch,)](
-            part_max,
-            part_sum,
-            values,
-            indices,
-            topk_p,
-            topk_index,
-            n_parts,
-            part_k,
-            K=k,
-            KP=_slots(k),
-            TILE=_tile(tile, n_parts * part_k),
-            PART_TILE=_tile(part_tile, n_parts),
-            num_warps=num_warps,
-        )
+    if batch > 0:
+        launch = merge_launch(batch, n_parts, part_k, k, tile=tile, part_tile=part_tile, num_warps=num_warps)
+        with _device_guard(part_max):
+            launch(part_max, part_sum, values, indices, topk_p, topk_index)
     return topk_p, topk_index
 
 
@@ -439,8 +586,8 @@ def split_topk_softmax(
     *,
     n_splits: int | None = None,
     chunk: int | None = None,
-    block: int = plans.SPLIT_BLOCK,
-    num_warps: int = plans.SPLIT_NUM_WARPS,
+    block: int | None = None,
+    num_warps: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-k softmax in two stages: `row_partials` over (row, chunk), then `merge_partials`."""
     partials = row_partials(logits, k, n_splits=n_splits, chunk=chunk, block=block, num_warps=num_warps)

@@ -22,20 +22,16 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     from perfsuite.kernels import topk_softmax
 
-    plan = plans.split_plan(*logits.shape, k, plans.sm_count(logits.device))
+    plan = plans.split_plan(*logits.shape, k, plans.hardware(logits.device), logits.element_size())
     return topk_softmax.run_plan(logits, k, plan)
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """The ideal read of the logits and `[B, k]` outputs, plus the partials written by stage 1 and read by
     stage 2 (split count from the plan for the current device, 132 SMs without one)."""
-    n_splits = plans.split_plan(batch, vocab, k, plans.sm_count(_device())).n_splits
+    n_splits = plans.split_plan(batch, vocab, k, plans.hardware(), dtype.itemsize).n_splits
     partials = plans.partial_bytes(batch, n_splits, k)
     return ideal_traffic(batch, vocab, k, dtype) + Traffic(partials, partials)
-
-
-def _device() -> torch.device | None:
-    return torch.device("cuda") if torch.cuda.is_available() else None
 
 
 VARIANT = Variant(

@@ -12,11 +12,9 @@ from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, ideal_traffic
 
 
-def parts_per_rank(batch: int, vocab: int, k: int, tp: int, sms: int) -> tuple[int, int]:
-    """(chunk, parts): the split plan for one rank's slice, the same on every rank (shapes must match)."""
-    width = padded_width(vocab, tp)
-    chunk = plans.split_plan(batch, width, k, sms).chunk
-    return chunk, -(-width // chunk)
+def rank_plan(batch: int, vocab: int, k: int, tp: int, hw: plans.Hardware, element_size: int) -> plans.Plan:
+    """The split plan for one rank's slice, the same on every rank (the gathered shapes must match)."""
+    return plans.split_plan(batch, padded_width(vocab, tp), k, hw, element_size)
 
 
 def select(local: Local, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,24 +24,27 @@ def select(local: Local, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
     x, shard = local.logits, local.shard
     batch, width = x.shape
-    chunk, parts = parts_per_rank(batch, shard.vocab, k, shard.tp, plans.sm_count(x.device))
+    plan = rank_plan(batch, shard.vocab, k, shard.tp, plans.hardware(x.device), x.element_size())
     if width == 0:
-        wire = partials.empty_wire(batch, parts, k, x.device)
+        wire = partials.empty_wire(batch, plan.n_splits, k, x.device)
     else:
-        part = topk_softmax.row_partials(x, min(k, width), chunk=chunk, index_offset=shard.start)
-        wire = partials.pack(part.max, part.sumexp, part.values, part.indices, k, parts)
+        part = topk_softmax.row_partials(
+            x,
+            min(k, width),
+            chunk=plan.chunk,
+            block=plan.block,
+            num_warps=plan.num_warps,
+            index_offset=shard.start,
+        )
+        wire = partials.pack(part.max, part.sumexp, part.values, part.indices, k, plan.n_splits)
     gathered = partials.interleave(local.group.all_gather(wire))  # [B, tp * parts, 2 + 2k]
     return topk_softmax.merge_partials(topk_softmax.Partials(*partials.unpack(gathered)), k)
-
-
-def _sms() -> int:
-    return plans.sm_count(torch.device("cuda") if torch.cuda.is_available() else None)
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> Traffic:
     """One read of the rank's slice and the outputs, plus the partials: written by stage 1, packed,
     gathered from tp ranks, interleaved and unpacked, read by the merge (plan for this device)."""
-    _, parts = parts_per_rank(batch, vocab, k, tp, _sms())
+    parts = rank_plan(batch, vocab, k, tp, plans.hardware(), dtype.itemsize).n_splits
     part, wire = plans.partial_bytes(batch, parts, k), partial_wire_bytes(batch, k, parts)
     stage1, pack, gather = Traffic(0, part), Traffic(part, wire), Traffic(wire, tp * wire)
     unpack, merge = Traffic(tp * wire, tp * wire) + Traffic(tp * wire, tp * part), Traffic(tp * part, 0)
@@ -52,7 +53,7 @@ def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> Traf
 
 def comm_bytes(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> int:
     """(tp - 1) ranks' partials: `B x parts x (2 + 2k)` 32-bit numbers each (parts from the split plan)."""
-    _, parts = parts_per_rank(batch, vocab, k, tp, _sms())
+    parts = rank_plan(batch, vocab, k, tp, plans.hardware(), dtype.itemsize).n_splits
     return (tp - 1) * partial_wire_bytes(batch, k, parts)
 
 

@@ -1,0 +1,148 @@
+"""Tuned launch plans: measured on a GPU by `perfsuite tune`, filed by device name, used by `triton_auto`.
+
+A table is one JSON file per device (`TunedTable`): for each tuned shape (dtype, batch, vocab, k), the
+fastest exact plan's `Tunables` and its median time next to the heuristic plan's. `best_plan` takes the
+tuned entry nearest to a shape (same element size; distance in octaves of batch, vocab and k) and applies
+its tunables to the shape: a fused plan keeps its tile and warps, a split plan its tile, warps and waves
+(programs per SM), so the split count follows the batch and the vocabulary. Without a table for the
+device, or for a CPU, it is the heuristic `plan.choose`.
+
+Tables are read from `perfsuite/kernels/tuned/*.json` (committed ones) and from the files named in
+`PERFSUITE_PLANS` (os.pathsep-separated), the latter winning for the same device.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from perfsuite.inputs import dtype_of
+from perfsuite.kernels import plan as plans
+
+PLANS_ENV = "PERFSUITE_PLANS"
+PACKAGED = Path(__file__).with_name("tuned")
+
+
+@dataclass(frozen=True)
+class Tunables:
+    """A launch plan independent of the shape: the kernel, its tile and warps, and for split the waves
+    (programs per SM) its chunking aims at."""
+
+    kernel: plans.Kernel
+    block: int
+    num_warps: int
+    waves: float = 0.0  # split only
+
+    @staticmethod
+    def of(plan: plans.Plan, waves: float = plans.SPLIT_WAVES) -> Tunables:
+        return Tunables(plan.kernel, plan.block, plan.num_warps, waves if plan.kernel == "split" else 0.0)
+
+    def plan_for(self, batch: int, vocab: int, k: int, hw: plans.Hardware, element_size: int) -> plans.Plan:
+        """These tunables applied to a shape (a row too short to split runs fused)."""
+        if self.kernel == "fused" or vocab < 2 * plans.SPLIT_MIN_CHUNK:
+            return plans.fused_plan(hw, element_size, block=self.block, num_warps=self.num_warps)
+        return plans.split_plan(
+            batch, vocab, k, hw, element_size, block=self.block, num_warps=self.num_warps, waves=self.waves
+        )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The fastest exact plan measured for one shape, and what the heuristic plan took there."""
+
+    dtype: str
+    batch: int
+    vocab: int
+    k: int
+    best: Tunables
+    median_us: float
+    heuristic_us: float
+
+    @staticmethod
+    def from_dict(data: dict) -> Entry:
+        return Entry(**{**data, "best": Tunables(**data["best"])})
+
+
+@dataclass(frozen=True)
+class TunedTable:
+    """The tuned plans of one device."""
+
+    device: str
+    sms: int
+    warp_size: int
+    versions: dict[str, str] = field(default_factory=dict)
+    path: str = ""  # the execution path the candidates were timed on (eager or graph)
+    entries: tuple[Entry, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "entries": [asdict(e) for e in self.entries]}, indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> TunedTable:
+        data = json.loads(text)
+        return TunedTable(**{**data, "entries": tuple(Entry.from_dict(e) for e in data["entries"])})
+
+
+def slug(device: str) -> str:
+    """A file name for a device name: "NVIDIA H200" -> "nvidia-h200"."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "device"
+
+
+def table_files(plans_env: str | None = None) -> list[Path]:
+    """Packaged tables first, then PERFSUITE_PLANS files (later files win for the same device)."""
+    plans_env = os.environ.get(PLANS_ENV, "") if plans_env is None else plans_env
+    return sorted(PACKAGED.glob("*.json")) + [Path(p) for p in plans_env.split(os.pathsep) if p]
+
+
+@cache
+def _tables(plans_env: str) -> dict[str, TunedTable]:
+    tables = {}
+    for path in table_files(plans_env):
+        try:
+            table = TunedTable.from_json(path.read_text())
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"{path}: not a perfsuite tuned-plan table ({error})") from error
+        tables[table.device] = table
+    return tables
+
+
+def table_for(device: str) -> TunedTable | None:
+    """The tuned table of a device name, if one is installed or named in PERFSUITE_PLANS (read once)."""
+    return _tables(os.environ.get(PLANS_ENV, "")).get(device) if device else None
+
+
+def nearest(table: TunedTable, dtype: torch.dtype, batch: int, vocab: int, k: int) -> Entry | None:
+    """The entry closest to the shape among those of the same element size (None if there are none)."""
+    size = dtype.itemsize
+    same = [e for e in table.entries if dtype_of(e.dtype).itemsize == size]
+
+    def octaves(e: Entry) -> float:
+        return sum(abs(math.log2(a / b)) for a, b in ((batch or 1, e.batch), (vocab, e.vocab), (k, e.k)))
+
+    return min(same, key=octaves, default=None)
+
+
+def best_plan(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
+    """The tuned plan for this shape on `hw` where its device has a table, else the heuristic.
+
+    Memoised (it runs on every `triton_auto` call, ahead of the launch).
+    """
+    return _best_plan(batch, vocab, k, dtype, hw, os.environ.get(PLANS_ENV, ""))
+
+
+@cache
+def _best_plan(
+    batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware, plans_env: str
+) -> plans.Plan:
+    table = _tables(plans_env).get(hw.name) if hw.name else None
+    entry = nearest(table, dtype, batch, vocab, k) if table else None
+    if entry is None:
+        return plans.choose(batch, vocab, k, hw, dtype.itemsize)
+    return entry.best.plan_for(batch, vocab, k, hw, dtype.itemsize)

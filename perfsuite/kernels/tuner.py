@@ -1,0 +1,170 @@
+"""`perfsuite tune`: time every candidate launch plan of the Triton kernels on this GPU, per shape of a
+scenario, and keep the fastest exact one per shape as a tuned-plan table (`perfsuite.kernels.tuned`).
+
+Candidates: the heuristic plan; the fused kernel with 4, 8 or 16 warps and 16, 32 or 64 bytes per thread
+per tile; and, for rows long enough to split, the split kernel with (4 warps, 16 or 32 bytes per thread)
+or (8 warps, 16 bytes) at 0.5, 1, 2 or 4 waves of programs per SM. Each candidate is timed with the
+suite's samplers on the scenario's path (graph replay or device events) and `[timing]`, after its outputs
+passed the exact parity check against the float64 reference (a candidate that fails is recorded, never
+chosen).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
+
+import pandas as pd
+import torch
+
+from perfsuite import parity, paths, runner, timing
+from perfsuite.device import DeviceInfo
+from perfsuite.inputs import dtype_of
+from perfsuite.kernels import plan as plans
+from perfsuite.kernels.tuned import Entry, Tunables, TunedTable
+from perfsuite.scenario import Case
+
+FUSED_WARPS = (4, 8, 16)
+FUSED_BYTES_PER_THREAD = (16, 32, 64)
+SPLIT_PROGRAMS = ((4, 16), (4, 32), (8, 16))  # (warps, bytes per thread per tile)
+SPLIT_WAVES = (0.5, 1.0, 2.0, 4.0)
+
+
+def candidates(batch: int, vocab: int, k: int, hw: plans.Hardware, element_size: int) -> list[Tunables]:
+    """The heuristic plan first, then every candidate that launches differently for this shape."""
+    heuristic = Tunables.of(plans.choose(batch, vocab, k, hw, element_size))
+    found = [heuristic]
+    for warps in FUSED_WARPS:
+        for per_thread in FUSED_BYTES_PER_THREAD:
+            found.append(Tunables("fused", per_thread // element_size * hw.warp_size * warps, warps))
+    if vocab >= 2 * plans.SPLIT_MIN_CHUNK:
+        for warps, per_thread in SPLIT_PROGRAMS:
+            block = per_thread // element_size * hw.warp_size * warps
+            found += [Tunables("split", block, warps, waves) for waves in SPLIT_WAVES]
+    from perfsuite.kernels.topk_softmax import RowLayout, plan_launches
+
+    layout = RowLayout.contiguous(vocab, element_size)
+    distinct: dict[tuple, Tunables] = {}  # by what is launched (tiles shrink to short rows)
+    for tunables in found:
+        plan = tunables.plan_for(batch, vocab, k, hw, element_size)
+        launches = plan_launches(batch, vocab, k, plan, layout)
+        distinct.setdefault(tuple((x.grid, *x.constants.items(), x.num_warps) for x in launches), tunables)
+    return list(distinct.values())
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One candidate on one shape: its launch, median time and parity verdict (or why it failed)."""
+
+    tunables: Tunables
+    plan: plans.Plan
+    median_us: float = math.nan
+    p20_us: float = math.nan
+    p80_us: float = math.nan
+    verdict: str = ""
+    reason: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.verdict == "pass" and not math.isnan(self.median_us)
+
+
+def time_candidate(case: Case, tunables: Tunables, inputs: runner.CaseRunner, hw: plans.Hardware) -> Timed:
+    """Time one candidate plan on a case's logits, path and timing settings."""
+    from perfsuite.kernels import topk_softmax
+
+    logits = inputs.logits(case)
+    plan = tunables.plan_for(case.batch, case.vocab, case.topk, hw, logits.element_size())
+    timed = Timed(tunables, plan)
+    try:
+        prepared = paths.prepare(case.path, lambda x, k: topk_softmax.run_plan(x, k, plan), logits, case.topk)
+        ref, _ = inputs.truth(case)
+        check = parity.check("exact", *prepared.run(), ref)
+        if check.verdict != "pass":
+            return replace(timed, verdict=check.verdict, reason=check.problem)
+        samples = timing.measure(timing.sampler_for(prepared, inputs.info, case.timing), case.timing)
+    except Exception as exc:  # a candidate that cannot launch (resources, capture) is a finding
+        return replace(timed, verdict="error", reason=runner.one_line(exc))
+    finally:
+        if logits.device.type == "cuda":
+            torch.cuda.empty_cache()
+    figures = {"median_us": samples.median_us, "p20_us": samples.p20_us, "p80_us": samples.p80_us}
+    return replace(timed, **figures, verdict="pass")
+
+
+def shapes_of(cases: Iterable[Case]) -> list[Case]:
+    """One case per (dtype, batch, vocab, k, path), whatever its variant: the shapes to tune."""
+    distinct: dict[tuple, Case] = {}
+    for case in cases:
+        distinct.setdefault((case.dtype, case.batch, case.vocab, case.topk, case.path), case)
+    return list(distinct.values())
+
+
+@dataclass
+class TuneOutcome:
+    """Every candidate's row and the table of the best plans, so far."""
+
+    rows: list[dict[str, object]]
+    table: TunedTable
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows)
+
+
+def tune(
+    cases: Iterable[Case],
+    info: DeviceInfo,
+    on_shape: Callable[[Case, list[Timed], TuneOutcome], None] | None = None,
+) -> TuneOutcome:
+    """Time the candidates of every shape of `cases` on `info`'s device. The outcome grows shape by shape
+    and `on_shape` sees it after each (to write it as it goes: an interruption keeps the tuned shapes)."""
+    hw = plans.hardware(info.device)
+    env = {"copy_gbps": None}
+    inputs = runner.CaseRunner(info, env)
+    shapes = shapes_of(cases)
+    versions = {name: runner.package_version(name) for name in ("torch", "triton")}
+    path = ",".join(sorted({c.path for c in shapes}))
+    outcome = TuneOutcome([], TunedTable(hw.name or info.name, hw.sms, hw.warp_size, versions, path))
+    for case in shapes:
+        element_size = dtype_of(case.dtype).itemsize
+        timed = [
+            time_candidate(case, t, inputs, hw)
+            for t in candidates(case.batch, case.vocab, case.topk, hw, element_size)
+        ]
+        shape = {"dtype": case.dtype, "batch": case.batch, "vocab": case.vocab, "k": case.topk}
+        for rank, t in enumerate(timed):
+            launch = {**asdict(t.tunables), "n_splits": t.plan.n_splits, "chunk": t.plan.chunk}
+            figures = {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us}
+            verdict = {"verdict": t.verdict, "reason": t.reason}
+            kind = {"path": case.path, "heuristic": rank == 0}
+            outcome.rows.append({**shape, **kind, **launch, **figures, **verdict})
+        usable = [t for t in timed if t.usable]
+        if usable:
+            best = min(usable, key=lambda t: t.median_us)
+            times = {"median_us": best.median_us, "heuristic_us": timed[0].median_us}
+            entry = Entry(**shape, best=best.tunables, **times)
+            outcome.table = replace(outcome.table, entries=(*outcome.table.entries, entry))
+        if on_shape:
+            on_shape(case, timed, outcome)
+    return outcome
+
+
+def summary(table: TunedTable) -> pd.DataFrame:
+    """One line per tuned shape: the best plan, its median and its speedup over the heuristic plan."""
+    rows = [
+        {
+            "dtype": e.dtype,
+            "batch": e.batch,
+            "vocab": e.vocab,
+            "k": e.k,
+            "best": f"{e.best.kernel} block {e.best.block} warps {e.best.num_warps}"
+            + (f" waves {e.best.waves:g}" if e.best.kernel == "split" else ""),
+            "best_us": round(e.median_us, 2),
+            "heuristic_us": round(e.heuristic_us, 2),
+            "speedup": round(e.heuristic_us / e.median_us, 3) if e.median_us > 0 else math.nan,
+        }
+        for e in table.entries
+    ]
+    return pd.DataFrame(rows)

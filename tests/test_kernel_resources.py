@@ -1,0 +1,95 @@
+"""`perfsuite kernels` and `perfsuite.kernels.resources`: the Triton kernels compiled ahead of time for
+NVIDIA and AMD targets on this CPU machine (Triton's compiler, not its interpreter, in a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perfsuite import cli, kernels
+from perfsuite.kernels import resources
+
+needs_triton = pytest.mark.skipif(not kernels.triton_installed(), reason=kernels.NO_TRITON)
+
+SCENARIO = """
+name = "kernels"
+[sweep]
+variants = ["triton_auto"]
+dtypes = ["bfloat16", "float32"]
+vocab = [151666, 151936]   # misaligned and aligned rows
+batch = [1, 256]           # split and fused
+topk = [1, 16]
+logits = ["gaussian"]
+"""
+
+
+def _compiler_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != kernels.INTERPRET_ENV}
+    return {**env, "PYTHONPATH": str(Path(__file__).parents[1])}
+
+
+@needs_triton
+def test_every_planned_kernel_compiles_without_spills_and_loads_16_bytes(tmp_path):
+    scenario, out = tmp_path / "k.toml", tmp_path / "kernels.csv"
+    scenario.write_text(SCENARIO)
+    command = [sys.executable, "-m", "perfsuite", "kernels", str(scenario), "--csv", str(out)]
+    command += ["--target", "sm_90", "--target", "gfx942"]
+    done = subprocess.run(command, capture_output=True, text=True, env=_compiler_env(), timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    table = pd.read_csv(out, keep_default_na=False)
+    assert set(table["target"]) == {"sm_90", "gfx942"}
+    assert (table["error"] == "").all()
+    assert (table["spill_bytes"] == 0).all() and (table["registers"] > 0).all()
+    assert table["occupancy"].between(0, 1, inclusive="right").all()
+    # the scans read 16 bytes per load, misaligned rows (V = 151666) included
+    scans = table[table["kernel"] != "merge"]
+    assert (scans["widest_load_bytes"] == 16).all(), scans
+    launches = table.groupby(["target", "dtype", "batch", "vocab", "k"])["kernel"].apply(tuple)
+    assert set(launches) == {("fused",), ("partials", "merge")}
+    assert set(table.loc[table["batch"] == 1, "plan"]) == {"split"}
+    assert "distinct kernels compiled" in done.stdout
+
+
+@needs_triton
+def test_a_kernel_that_does_not_compile_is_a_finding_not_a_crash():
+    code = (
+        "import torch\n"
+        "from perfsuite.kernels import resources, topk_softmax as ts\n"
+        "scalars = {'V': 1000, 'stride_row': 1000, 'base_phase': 0}\n"
+        "bad = ts.Launch('fused', (1,), scalars, {'K': 1, 'KP': 2, 'BLOCK': 1000, 'VEC': 8}, 4)\n"
+        "print(resources.compile_launch('sm_90', bad, torch.bfloat16).error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_compiler_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "power of 2" in done.stdout or "arange" in done.stdout, done.stdout
+
+
+def test_unknown_target_is_a_usage_error(tmp_path, capsys):
+    scenario = tmp_path / "k.toml"
+    scenario.write_text(SCENARIO)
+    assert cli.main(["kernels", str(scenario), "--target", "sm_9"]) == cli.EXIT_USAGE
+    assert "unknown target sm_9; known: sm_80, sm_90, gfx90a, gfx942" in capsys.readouterr().err
+
+
+def test_load_width_parsers():
+    ptx = "ld.global.v4.b32 {%r1, %r2, %r3, %r4}, [%rd1];\n@%p1 ld.global.b16 {%rs1}, [%rd2];"
+    assert resources.widest_load_ptx(ptx) == 16
+    assert resources.widest_load_ptx("ld.global.L1::evict_last.v2.b32 {%r1, %r2}, [%rd3];") == 8
+    assert resources.widest_load_ptx("ld.shared.v4.b32 {%r1}, [%r2];") is None
+    amdgcn = "global_load_ushort v1, v[2:3], off\n buffer_load_dwordx4 v[4:7], v8, s[0:3], 0 offen"
+    assert resources.widest_load_amdgcn(amdgcn) == 16
+    assert resources.widest_load_amdgcn("global_load_dword v1, v[2:3], off") == 4
+
+
+def test_cuda_occupancy_calculator():
+    h100 = resources.TARGETS["sm_90"]
+    assert resources.cuda_occupancy(h100, registers=64, shared=0, num_warps=4) == 0.5  # 8 blocks of 4
+    assert resources.cuda_occupancy(h100, registers=32, shared=0, num_warps=4) == 1.0
+    assert resources.cuda_occupancy(h100, registers=255, shared=0, num_warps=8) == 0.125
+    # 100 KB of shared memory per block: two blocks of 4 warps fit in 228 KB
+    assert resources.cuda_occupancy(h100, registers=32, shared=100 << 10, num_warps=4) == 0.125

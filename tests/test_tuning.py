@@ -1,0 +1,154 @@
+"""Tuned launch plans: the candidates `perfsuite tune` times, the table it writes, and `triton_auto`
+using the table (on this CPU the kernels run in Triton's interpreter: the timings mean nothing, the
+mechanics are what is tested)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from support import DEVICE
+
+from perfsuite import cli, kernels, parity, variants
+from perfsuite.inputs import make_logits
+from perfsuite.kernels import plan as plans
+from perfsuite.kernels import tuned
+
+if kernels.availability(DEVICE) is not None:
+    pytest.skip(kernels.availability(DEVICE), allow_module_level=True)
+
+from perfsuite.kernels import topk_softmax, tuner
+
+BF16 = torch.bfloat16
+GPU = plans.Hardware(sms=132, warp_size=32, name="Test GPU 9000")
+
+
+def _entry(dtype: str, batch: int, vocab: int, k: int, best: tuned.Tunables) -> tuned.Entry:
+    return tuned.Entry(dtype, batch, vocab, k, best, median_us=10.0, heuristic_us=20.0)
+
+
+def _install(tmp_path, monkeypatch, entries: list[tuned.Entry], device: str = GPU.name) -> None:
+    table = tuned.TunedTable(device, GPU.sms, GPU.warp_size, {"triton": "x"}, "graph", tuple(entries))
+    path = tmp_path / "table.json"
+    path.write_text(table.to_json())
+    monkeypatch.setenv(tuned.PLANS_ENV, str(path))
+
+
+def test_candidates_cover_both_kernels_and_launch_differently():
+    found = tuner.candidates(1, 151936, 8, GPU, 2)
+    assert found[0] == tuned.Tunables.of(plans.choose(1, 151936, 8, GPU, 2))  # the heuristic first
+    assert {t.kernel for t in found} == {"fused", "split"}
+    assert len(found) >= 15
+    layout = topk_softmax.RowLayout.contiguous(151936, 2)
+    launches = {
+        tuple(
+            (x.grid, tuple(x.constants.items()), x.num_warps)
+            for x in topk_softmax.plan_launches(1, 151936, 8, t.plan_for(1, 151936, 8, GPU, 2), layout)
+        )
+        for t in found
+    }
+    assert len(launches) == len(found)
+    for t in found:
+        assert t.block * 2 >= plans.LOAD_BYTES * GPU.warp_size * t.num_warps
+    assert {t.kernel for t in tuner.candidates(4, 3000, 1, GPU, 4)} == {"fused"}  # too short to split
+
+
+def test_split_tunables_follow_the_shape():
+    one_wave = tuned.Tunables("split", 1024, 4, waves=1.0)
+    at_1 = one_wave.plan_for(1, 262144, 1, GPU, 2)
+    at_8 = one_wave.plan_for(8, 262144, 1, GPU, 2)
+    assert at_1.n_splits >= 100 and 12 <= at_8.n_splits <= 20  # ~132 programs either way
+    assert one_wave.plan_for(1, 3000, 1, GPU, 2).kernel == "fused"  # a row too short to split
+
+
+def test_table_round_trip_and_lookup(tmp_path, monkeypatch):
+    fused = tuned.Tunables("fused", 2048, 4)
+    split = tuned.Tunables("split", 2048, 8, waves=2.0)
+    entries = [_entry("bfloat16", 1, 151936, 1, split), _entry("bfloat16", 256, 151936, 8, fused)]
+    _install(tmp_path, monkeypatch, entries)
+    table = tuned.table_for(GPU.name)
+    assert table is not None and table.entries == tuple(entries)
+    assert tuned.TunedTable.from_json(table.to_json()) == table
+    assert tuned.slug("NVIDIA H200 NVL") == "nvidia-h200-nvl"
+    # nearest tuned shape, its tunables applied to the asked shape; fp16 shares bf16's entries
+    assert tuned.best_plan(2, 129280, 1, BF16, GPU) == split.plan_for(2, 129280, 1, GPU, 2)
+    assert tuned.best_plan(128, 163840, 8, torch.float16, GPU) == fused.plan_for(128, 163840, 8, GPU, 2)
+    # no entry of that element size, another device, or no device name: the heuristic
+    assert tuned.best_plan(1, 151936, 1, torch.float32, GPU) == plans.choose(1, 151936, 1, GPU, 4)
+    other = plans.Hardware(132, 32, "Another GPU")
+    assert tuned.best_plan(1, 151936, 1, BF16, other) == plans.choose(1, 151936, 1, other, 2)
+    assert tuned.best_plan(1, 151936, 1, BF16, plans.Hardware()) == plans.choose(1, 151936, 1)
+
+
+def test_a_malformed_table_names_its_file(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"device": "x"}))
+    monkeypatch.setenv(tuned.PLANS_ENV, str(bad))
+    with pytest.raises(ValueError, match=r"bad\.json: not a perfsuite tuned-plan table"):
+        tuned.table_for("x")
+
+
+def test_triton_auto_runs_the_tuned_plan(tmp_path, monkeypatch):
+    tunables = tuned.Tunables("split", 64, 2, waves=0.5)  # nothing the heuristic would pick
+    _install(tmp_path, monkeypatch, [_entry("bfloat16", 2, 5000, 4, tunables)])
+    monkeypatch.setattr(plans, "hardware", lambda device=None: GPU)
+    launched = []
+    run_plan = topk_softmax.run_plan
+    monkeypatch.setattr(
+        topk_softmax, "run_plan", lambda x, k, plan: launched.append(plan) or run_plan(x, k, plan)
+    )
+    logits = make_logits("peaked", 2, 5000, BF16, seed=1, device=DEVICE)
+    p, idx = variants.get("triton_auto")(logits, 4)
+    assert launched == [tunables.plan_for(2, 5000, 4, GPU, 2)]
+    assert parity.check("exact", p, idx, parity.reference(logits, 4)).verdict == "pass"
+
+
+SCENARIO = """
+name = "tune"
+device = "auto"
+[sweep]
+variants = ["triton_auto", "triton_fused"]  # one shape whatever the variants
+paths = ["eager"]
+dtypes = ["bfloat16"]
+vocab = [4200]
+batch = [2]
+topk = [3]
+logits = ["gaussian"]
+[timing]
+warmup = 1
+reps = 3
+max_seconds = 0.01
+l2 = "hot"
+"""
+
+
+def test_tune_writes_the_fastest_exact_plan_per_shape(tmp_path, capsys):
+    scenario, out = tmp_path / "tune.toml", tmp_path / "tuned" / "gpu.json"
+    scenario.write_text(SCENARIO)
+    assert cli.main(["tune", str(scenario), "--out", str(out)]) == cli.EXIT_OK
+    table = tuned.TunedTable.from_json(out.read_text())
+    rows = pd.read_csv(out.with_suffix(".csv"), keep_default_na=False)
+    assert len(table.entries) == 1 and table.path == "eager"
+    assert len(rows) == len(tuner.candidates(2, 4200, 3, plans.hardware(DEVICE), 2))
+    assert rows["heuristic"].sum() == 1 and (rows["verdict"] == "pass").all()
+    entry = table.entries[0]
+    fastest = rows.loc[rows["median_us"].idxmin()]
+    assert (entry.best.kernel, entry.best.block, entry.best.num_warps) == (
+        fastest["kernel"],
+        fastest["block"],
+        fastest["num_warps"],
+    )
+    assert entry.heuristic_us == pytest.approx(rows.loc[rows["heuristic"], "median_us"].item())
+    printed = capsys.readouterr().out
+    assert "bfloat16 B2 V4200 k3" in printed and "speedup" in printed
+
+
+def test_tune_without_a_gpu_or_interpreter_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    scenario = tmp_path / "tune.toml"
+    scenario.write_text(SCENARIO)
+    monkeypatch.delenv(kernels.INTERPRET_ENV, raising=False)
+    command = ["tune", str(scenario), "--device", "cpu", "--out", str(tmp_path / "t.json")]
+    assert cli.main(command) == cli.EXIT_USAGE
+    assert "Triton kernels need a GPU" in capsys.readouterr().err
