@@ -38,12 +38,12 @@ F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 INF, NAN = float("inf"), float("nan")
 
 
-def fused(block: int):
-    return lambda x, k: ts.fused_topk_softmax(x, k, block=block)
+def fused(block: int, prefetch: bool = True):
+    return lambda x, k: ts.fused_topk_softmax(x, k, block=block, prefetch=prefetch)
 
 
-def split(chunk: int, block: int):
-    return lambda x, k: ts.split_topk_softmax(x, k, chunk=chunk, block=block)
+def split(chunk: int, block: int, prefetch: bool = True):
+    return lambda x, k: ts.split_topk_softmax(x, k, chunk=chunk, block=block, prefetch=prefetch)
 
 
 def assert_exact(logits: torch.Tensor, k: int, topk_p: torch.Tensor, topk_index: torch.Tensor) -> None:
@@ -191,11 +191,13 @@ def test_partials_merge_across_ranks():
     assert_exact(logits, 3, *ts.merge_partials(merged, 3))  # fewer than the partials carry
 
 
+@pytest.mark.parametrize("prefetch", [True, False])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("offset", [0, 1, 3])
-def test_unaligned_views_use_head_body_tail(dtype, offset):
+def test_unaligned_views_use_head_body_tail(dtype, offset, prefetch):
     """A view starting `offset` columns into a wider buffer (rows not 16-byte aligned, different per row):
-    a head up to the first aligned column, unmasked aligned tiles, a tail; NaN and +inf in head and tail."""
+    a head up to the first aligned column, aligned whole tiles (loaded one ahead with `prefetch`), a tail;
+    NaN and +inf in head and tail."""
     vocab, stride = 203, 211
     buffer = make_logits("gaussian", 4, stride, F32, seed=offset).to(dtype)
     buffer[:, offset + vocab :] = 1e30  # padding past the row: must never be read
@@ -204,7 +206,12 @@ def test_unaligned_views_use_head_body_tail(dtype, offset):
     logits[2, vocab - 1] = INF  # tail
     layout = ts.RowLayout.of(logits)
     assert layout.phase == (buffer.data_ptr() // logits.element_size() + offset) % layout.vec
-    for select in (fused(32), split(64, 16), split(203, 64)):
+    for select in (
+        fused(32, prefetch),
+        split(64, 16, prefetch),
+        split(203, 64, prefetch),
+        fused(256, prefetch),
+    ):
         p, idx = select(logits, 4)
         ref = parity.reference(logits, 4)
         assert torch.equal(idx.cpu(), ref.index.cpu()), select
@@ -214,11 +221,35 @@ def test_unaligned_views_use_head_body_tail(dtype, offset):
         assert idx[1, 0] == 0 and idx[2, 0] == vocab - 1 and p[1:3].isnan().all()
 
 
+@triton.jit
+def _first_aligned_kernel(out_ptr, stride_row, base_phase, col_start, col_end, VEC: tl.constexpr):
+    row = tl.program_id(0)
+    row_base = ts.row_offset(row, stride_row)
+    col = ts.first_aligned((base_phase + row_base) % VEC, col_start, col_end, VEC)
+    tl.store(out_ptr + row, col)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_first_aligned_column_is_16_byte_aligned(dtype):
+    """The scans' aligned tiles start where the address really is a multiple of 16 bytes (on a GPU a wrong
+    `tl.multiple_of` claim is a misaligned-address fault; the interpreter would not notice)."""
+    buffer = torch.zeros(9, 211, dtype=dtype, device=DEVICE)
+    for offset, col_start in [(0, 0), (1, 0), (3, 5), (5, 64)]:
+        view = buffer[:, offset : offset + 150]
+        layout = ts.RowLayout.of(view)
+        cols = torch.zeros(9, dtype=torch.int64, device=DEVICE)
+        _first_aligned_kernel[(9,)](cols, layout.stride, layout.phase, col_start, 150, VEC=layout.vec)
+        for row, col in enumerate(cols.tolist()):
+            assert col_start <= col < col_start + layout.vec
+            address = view.data_ptr() + (row * view.stride(0) + col) * view.element_size()
+            assert address % ts.ALIGN_BYTES == 0, (offset, row, col)
+
+
 def test_launches_describe_the_plan():
     layout = ts.RowLayout.contiguous(151936, 2)
     fused_only = ts.plan_launches(64, 151936, 8, plans.Plan("fused", 4096, 8), layout)
     assert [(x.kernel, x.grid) for x in fused_only] == [("fused", (64,))]
-    assert fused_only[0].constants == {"K": 8, "KP": 8, "BLOCK": 4096, "VEC": 8}
+    assert fused_only[0].constants == {"K": 8, "KP": 8, "BLOCK": 4096, "VEC": 8, "PREFETCH": True}
     plan = plans.split_plan(1, 151936, 8, plans.Hardware())
     stage1, merge = ts.plan_launches(1, 151936, 8, plan, layout)
     assert stage1.grid == (1, plan.n_splits) and stage1.scalars["chunk"] == plan.chunk

@@ -40,6 +40,10 @@ MERGE_TILE = 1024
 MERGE_PART_TILE = 256
 MERGE_NUM_WARPS = 4
 
+PREFETCH = True
+"""Scans load tile t + 1 before reducing tile t, so a tile's loads are in flight during the previous tile's
+block-wide max (a barrier per tile). Costs one tile of registers; `perfsuite tune` times both."""
+
 LOAD_BYTES = 16
 """Bytes of the widest global load: a tile gives every thread at least this much per step."""
 
@@ -55,6 +59,7 @@ class Plan:
     num_warps: int
     n_splits: int = 1  # split only: programs per row
     chunk: int = 0  # split only: columns per split program (a multiple of `block`)
+    prefetch: bool = PREFETCH
 
 
 @dataclass(frozen=True)
@@ -98,8 +103,10 @@ def fused_plan(
     *,
     block: int = FUSED_BLOCK,
     num_warps: int = FUSED_NUM_WARPS,
+    prefetch: bool = PREFETCH,
 ) -> Plan:
-    return Plan("fused", max(block, min_block(element_size, hw.warp_size, num_warps)), num_warps)
+    block = max(block, min_block(element_size, hw.warp_size, num_warps))
+    return Plan("fused", block, num_warps, prefetch=prefetch)
 
 
 def split_plan(
@@ -113,6 +120,7 @@ def split_plan(
     num_warps: int = SPLIT_NUM_WARPS,
     min_chunk: int = SPLIT_MIN_CHUNK,
     waves: float = SPLIT_WAVES,
+    prefetch: bool = PREFETCH,
 ) -> Plan:
     """Spread each row over enough programs to fill about `waves` waves of the SMs (B * splits ~ waves * SMs).
 
@@ -125,7 +133,7 @@ def split_plan(
     target = max(1, min(target, SPLIT_MAX_SPLITS, max(1, SPLIT_MAX_CANDIDATES // k)))
     chunk = max(min_chunk, math.ceil(vocab / target))
     chunk = math.ceil(chunk / block) * block
-    return Plan("split", block, num_warps, n_splits=math.ceil(vocab / chunk), chunk=chunk)
+    return Plan("split", block, num_warps, math.ceil(vocab / chunk), chunk, prefetch)
 
 
 def choose(batch: int, vocab: int, k: int, hw: Hardware = Hardware(), element_size: int = 2) -> Plan:

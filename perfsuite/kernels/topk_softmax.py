@@ -128,11 +128,27 @@ def _consume(x, key, cols, m, s, run, kth_key, slots, K: tl.constexpr):
 
 
 @triton.jit
+def first_aligned(phase, col_start, col_end, VEC: tl.constexpr):
+    """The first column >= col_start whose address is 16-byte aligned (VEC columns per 16 bytes), for a
+    row starting `phase` columns past a 16-byte boundary; col_end when the range has none."""
+    return tl.minimum(col_start + (VEC - (phase + col_start) % VEC) % VEC, col_end)
+
+
+@triton.jit
 def _load_masked(logits_ptr, row_base, cols, col_end):
     """fp32 logits of `cols` (< col_end), -inf past it, and their keys (_EMPTY_KEY past it)."""
     mask = cols < col_end
     x = tl.load(logits_ptr + row_base + cols, mask=mask, other=float("-inf")).to(tl.float32)
     return x, tl.where(mask, _order_key(x), _EMPTY_KEY)
+
+
+@triton.jit
+def _load_aligned(logits_ptr, row_base, start, body_end, lanes, VEC: tl.constexpr, BLOCK: tl.constexpr):
+    """The whole tile of columns `start + lanes` (16-byte aligned at `start`) in the logits' dtype when
+    it starts before `body_end`, else nothing: all lanes or none (a bound of BLOCK or 0), so the loads stay
+    16 bytes wide."""
+    offset = tl.multiple_of(row_base + start, VEC)
+    return tl.load(logits_ptr + offset + lanes, mask=lanes < tl.where(start < body_end, BLOCK, 0), other=0.0)
 
 
 @triton.jit
@@ -146,6 +162,7 @@ def _scan(
     KP: tl.constexpr,
     BLOCK: tl.constexpr,
     VEC: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """One pass over columns [col_start, col_end) of the row at `logits_ptr + row_base`.
 
@@ -155,22 +172,29 @@ def _scan(
     Loads: `phase` is the row start's offset in elements from a 16-byte boundary. A masked head of fewer
     than VEC columns reaches the first aligned column, whole BLOCK tiles from there load unmasked and
     aligned (one 16-byte load per VEC columns, whatever V or the row stride), then one masked tail tile.
+    PREFETCH: load tile t + 1 before reducing tile t (one more tile of registers).
     """
     slots = tl.arange(0, KP)
     lanes = tl.arange(0, BLOCK)
     run = tl.full([KP], _EMPTY, tl.int64)
     kth_key = tl.full([], _EMPTY_KEY, tl.int32)
     m = tl.full([], float("-inf"), tl.float32)
-    aligned = tl.minimum(col_start + (VEC - (phase + col_start) % VEC) % VEC, col_end)
+    aligned = first_aligned(phase, col_start, col_end, VEC)
     head = col_start + tl.arange(0, VEC)
     x, key = _load_masked(logits_ptr, row_base, head, aligned)
     m, s_head, run, kth_key = _consume(x, key, head, m, tl.zeros([VEC], tl.float32), run, kth_key, slots, K)
     s = tl.where(lanes == 0, tl.sum(s_head, axis=0), 0.0)
     body_end = aligned + (col_end - aligned) // BLOCK * BLOCK
-    for start in range(aligned, body_end, BLOCK):
-        offset = tl.multiple_of(row_base + start, VEC)
-        xb = tl.load(logits_ptr + offset + lanes).to(tl.float32)  # names of their own: x is [VEC] here
-        m, s, run, kth_key = _consume(xb, _order_key(xb), start + lanes, m, s, run, kth_key, slots, K)
+    if PREFETCH:  # the next tile's loads are in flight while this one is reduced (a barrier per tile)
+        ahead = _load_aligned(logits_ptr, row_base, aligned, body_end, lanes, VEC, BLOCK)
+        for start in range(aligned, body_end, BLOCK):
+            xb = ahead.to(tl.float32)  # names of their own: x is [VEC] here
+            ahead = _load_aligned(logits_ptr, row_base, start + BLOCK, body_end, lanes, VEC, BLOCK)
+            m, s, run, kth_key = _consume(xb, _order_key(xb), start + lanes, m, s, run, kth_key, slots, K)
+    else:
+        for start in range(aligned, body_end, BLOCK):
+            xb = _load_aligned(logits_ptr, row_base, start, body_end, lanes, VEC, BLOCK).to(tl.float32)
+            m, s, run, kth_key = _consume(xb, _order_key(xb), start + lanes, m, s, run, kth_key, slots, K)
     tail = body_end + lanes
     x, key = _load_masked(logits_ptr, row_base, tail, col_end)
     m, s, run, kth_key = _consume(x, key, tail, m, s, run, kth_key, slots, K)
@@ -205,11 +229,13 @@ def _fused_kernel(
     KP: tl.constexpr,
     BLOCK: tl.constexpr,
     VEC: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """Program `row`: online softmax and running top-k over the whole row, then `[k]` outputs."""
     row = tl.program_id(0)
     row_base = row_offset(row, stride_row)
-    m, s, run = _scan(logits_ptr, row_base, (base_phase + row_base) % VEC, 0, V, K, KP, BLOCK, VEC)
+    phase = (base_phase + row_base) % VEC
+    m, s, run = _scan(logits_ptr, row_base, phase, 0, V, K, KP, BLOCK, VEC, PREFETCH)
     slots = tl.arange(0, KP)
     _write_topk(run, m, s, p_ptr + row_offset(row, K), idx_ptr + row_offset(row, K), slots, K)
 
@@ -231,6 +257,7 @@ def _partials_kernel(
     KP: tl.constexpr,
     BLOCK: tl.constexpr,
     VEC: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """Program (row, split): the partial of columns [split * chunk, min((split + 1) * chunk, V))."""
     row = tl.program_id(0)
@@ -238,7 +265,8 @@ def _partials_kernel(
     start = split * chunk
     end = tl.minimum(start + chunk, V)
     row_base = row_offset(row, stride_row)
-    m, s, run = _scan(logits_ptr, row_base, (base_phase + row_base) % VEC, start, end, K, KP, BLOCK, VEC)
+    phase = (base_phase + row_base) % VEC
+    m, s, run = _scan(logits_ptr, row_base, phase, start, end, K, KP, BLOCK, VEC, PREFETCH)
     part = row_offset(row, n_splits) + split
     tl.store(max_ptr + part, m)
     tl.store(sum_ptr + part, s)
@@ -408,15 +436,24 @@ def _tile(block: int, columns: int) -> int:
     return max(16, min(block, triton.next_power_of_2(max(columns, 1))))
 
 
-def fused_launch(batch: int, vocab: int, k: int, layout: RowLayout, *, block: int, num_warps: int) -> Launch:
+def _scan_constants(k: int, block: int, columns: int, layout: RowLayout, prefetch: bool) -> dict[str, int]:
+    """The compile-time constants of a scan over rows of `columns` columns."""
+    return {"K": k, "KP": _slots(k), "BLOCK": _tile(block, columns), "VEC": layout.vec, "PREFETCH": prefetch}
+
+
+def fused_launch(
+    batch: int,
+    vocab: int,
+    k: int,
+    layout: RowLayout,
+    *,
+    block: int,
+    num_warps: int,
+    prefetch: bool = plans.PREFETCH,
+) -> Launch:
     """`_fused_kernel` over `[batch, vocab]`: grid `(B,)`."""
-    return Launch(
-        "fused",
-        (batch,),
-        {"V": vocab, "stride_row": layout.stride, "base_phase": layout.phase},
-        {"K": k, "KP": _slots(k), "BLOCK": _tile(block, vocab), "VEC": layout.vec},
-        num_warps,
-    )
+    scalars = {"V": vocab, "stride_row": layout.stride, "base_phase": layout.phase}
+    return Launch("fused", (batch,), scalars, _scan_constants(k, block, vocab, layout, prefetch), num_warps)
 
 
 def partials_launch(
@@ -429,6 +466,7 @@ def partials_launch(
     block: int,
     num_warps: int,
     index_offset: int = 0,
+    prefetch: bool = plans.PREFETCH,
 ) -> Launch:
     """`_partials_kernel` over `[batch, vocab]` in chunks of `chunk` columns: grid `(B, splits)`."""
     chunk = max(1, chunk)
@@ -441,7 +479,7 @@ def partials_launch(
         "index_offset": index_offset,
         "base_phase": layout.phase,
     }
-    constants = {"K": k, "KP": _slots(k), "BLOCK": _tile(block, chunk), "VEC": layout.vec}
+    constants = _scan_constants(k, block, chunk, layout, prefetch)
     return Launch("partials", (batch, n_splits), scalars, constants, num_warps)
 
 
@@ -465,13 +503,15 @@ def merge_launch(
     return Launch("merge", (batch,), {"n_parts": n_parts, "part_k": part_k}, constants, num_warps)
 
 
+def _tunables(plan: plans.Plan) -> dict[str, int | bool]:
+    return {"block": plan.block, "num_warps": plan.num_warps, "prefetch": plan.prefetch}
+
+
 def plan_launches(batch: int, vocab: int, k: int, plan: plans.Plan, layout: RowLayout) -> list[Launch]:
     """The launches `run_plan` makes for this shape, layout and plan."""
     if plan.kernel == "fused":
-        return [fused_launch(batch, vocab, k, layout, block=plan.block, num_warps=plan.num_warps)]
-    stage1 = partials_launch(
-        batch, vocab, k, layout, chunk=plan.chunk, block=plan.block, num_warps=plan.num_warps
-    )
+        return [fused_launch(batch, vocab, k, layout, **_tunables(plan))]
+    stage1 = partials_launch(batch, vocab, k, layout, chunk=plan.chunk, **_tunables(plan))
     return [stage1, merge_launch(batch, stage1.grid[1], k, k)]
 
 
@@ -498,14 +538,20 @@ def _outputs(batch: int, k: int, device: torch.device) -> tuple[torch.Tensor, to
 
 
 def fused_topk_softmax(
-    logits: torch.Tensor, k: int, *, block: int = plans.FUSED_BLOCK, num_warps: int = plans.FUSED_NUM_WARPS
+    logits: torch.Tensor,
+    k: int,
+    *,
+    block: int = plans.FUSED_BLOCK,
+    num_warps: int = plans.FUSED_NUM_WARPS,
+    prefetch: bool = plans.PREFETCH,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-k softmax, one program per row, one pass over the logits (grid `(B,)`)."""
     _check(logits, k)
     batch, vocab = logits.shape
     topk_p, topk_index = _outputs(batch, k, logits.device)
     if batch > 0:
-        launch = fused_launch(batch, vocab, k, RowLayout.of(logits), block=block, num_warps=num_warps)
+        tunables = {"block": block, "num_warps": num_warps, "prefetch": prefetch}
+        launch = fused_launch(batch, vocab, k, RowLayout.of(logits), **tunables)
         with _device_guard(logits):
             launch(logits, topk_p, topk_index)
     return topk_p, topk_index
@@ -520,6 +566,7 @@ def row_partials(
     block: int | None = None,
     num_warps: int | None = None,
     index_offset: int = 0,
+    prefetch: bool | None = None,
 ) -> Partials:
     """Stage 1 of the split kernel: each row cut into chunks, one program per (row, chunk) (grid `(B, S)`).
 
@@ -541,6 +588,7 @@ def row_partials(
         block=block or plan.block,
         num_warps=num_warps or plan.num_warps,
         index_offset=index_offset,
+        prefetch=plan.prefetch if prefetch is None else prefetch,
     )
     shape, device = launch.grid, logits.device
     part_max = torch.empty(shape, dtype=torch.float32, device=device)
@@ -588,14 +636,16 @@ def split_topk_softmax(
     chunk: int | None = None,
     block: int | None = None,
     num_warps: int | None = None,
+    prefetch: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-k softmax in two stages: `row_partials` over (row, chunk), then `merge_partials`."""
-    partials = row_partials(logits, k, n_splits=n_splits, chunk=chunk, block=block, num_warps=num_warps)
+    tunables = {"block": block, "num_warps": num_warps, "prefetch": prefetch}
+    partials = row_partials(logits, k, n_splits=n_splits, chunk=chunk, **tunables)
     return merge_partials(partials, k)
 
 
 def run_plan(logits: torch.Tensor, k: int, plan: plans.Plan) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the kernel a plan names with its tunables."""
     if plan.kernel == "fused":
-        return fused_topk_softmax(logits, k, block=plan.block, num_warps=plan.num_warps)
-    return split_topk_softmax(logits, k, chunk=plan.chunk, block=plan.block, num_warps=plan.num_warps)
+        return fused_topk_softmax(logits, k, **_tunables(plan))
+    return split_topk_softmax(logits, k, chunk=plan.chunk, **_tunables(plan))

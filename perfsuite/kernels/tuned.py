@@ -39,18 +39,19 @@ class Tunables:
     block: int
     num_warps: int
     waves: float = 0.0  # split only
+    prefetch: bool = plans.PREFETCH
 
     @staticmethod
     def of(plan: plans.Plan, waves: float = plans.SPLIT_WAVES) -> Tunables:
-        return Tunables(plan.kernel, plan.block, plan.num_warps, waves if plan.kernel == "split" else 0.0)
+        waves = waves if plan.kernel == "split" else 0.0
+        return Tunables(plan.kernel, plan.block, plan.num_warps, waves, plan.prefetch)
 
     def plan_for(self, batch: int, vocab: int, k: int, hw: plans.Hardware, element_size: int) -> plans.Plan:
         """These tunables applied to a shape (a row too short to split runs fused)."""
+        tunables = {"block": self.block, "num_warps": self.num_warps, "prefetch": self.prefetch}
         if self.kernel == "fused" or vocab < 2 * plans.SPLIT_MIN_CHUNK:
-            return plans.fused_plan(hw, element_size, block=self.block, num_warps=self.num_warps)
-        return plans.split_plan(
-            batch, vocab, k, hw, element_size, block=self.block, num_warps=self.num_warps, waves=self.waves
-        )
+            return plans.fused_plan(hw, element_size, **tunables)
+        return plans.split_plan(batch, vocab, k, hw, element_size, waves=self.waves, **tunables)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 scenario, and keep the fastest exact one per shape as a tuned-plan table (`perfsuite.kernels.tuned`).
 
 Candidates: the heuristic plan; the fused kernel with 4, 8 or 16 warps and 16, 32 or 64 bytes per thread
-per tile; and, for rows long enough to split, the split kernel with (4 warps, 16 or 32 bytes per thread)
-or (8 warps, 16 bytes) at 0.5, 1, 2 or 4 waves of programs per SM. Each candidate is timed with the
+per tile, each with and without prefetching the next tile; and, for rows long enough to split, the split
+kernel with (4 warps, 16 or 32 bytes per thread) or (8 warps, 16 bytes) at 0.5, 1, 2 or 4 waves of
+programs per SM (and at one wave without prefetch). Each candidate is timed with the
 suite's samplers on the scenario's path (graph replay or device events) and `[timing]`, after its outputs
 passed the exact parity check against the float64 reference (a candidate that fails is recorded, never
 chosen).
@@ -35,13 +36,16 @@ def candidates(batch: int, vocab: int, k: int, hw: plans.Hardware, element_size:
     """The heuristic plan first, then every candidate that launches differently for this shape."""
     heuristic = Tunables.of(plans.choose(batch, vocab, k, hw, element_size))
     found = [heuristic]
-    for warps in FUSED_WARPS:
-        for per_thread in FUSED_BYTES_PER_THREAD:
-            found.append(Tunables("fused", per_thread // element_size * hw.warp_size * warps, warps))
+    for prefetch in (True, False):
+        for warps in FUSED_WARPS:
+            for per_thread in FUSED_BYTES_PER_THREAD:
+                block = per_thread // element_size * hw.warp_size * warps
+                found.append(Tunables("fused", block, warps, prefetch=prefetch))
     if vocab >= 2 * plans.SPLIT_MIN_CHUNK:
         for warps, per_thread in SPLIT_PROGRAMS:
             block = per_thread // element_size * hw.warp_size * warps
             found += [Tunables("split", block, warps, waves) for waves in SPLIT_WAVES]
+            found.append(Tunables("split", block, warps, 1.0, prefetch=False))
     from perfsuite.kernels.topk_softmax import RowLayout, plan_launches
 
     layout = RowLayout.contiguous(vocab, element_size)
@@ -160,7 +164,8 @@ def summary(table: TunedTable) -> pd.DataFrame:
             "vocab": e.vocab,
             "k": e.k,
             "best": f"{e.best.kernel} block {e.best.block} warps {e.best.num_warps}"
-            + (f" waves {e.best.waves:g}" if e.best.kernel == "split" else ""),
+            + (f" waves {e.best.waves:g}" if e.best.kernel == "split" else "")
+            + ("" if e.best.prefetch else " no prefetch"),
             "best_us": round(e.median_us, 2),
             "heuristic_us": round(e.heuristic_us, 2),
             "speedup": round(e.heuristic_us / e.median_us, 3) if e.median_us > 0 else math.nan,
