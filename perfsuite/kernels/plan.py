@@ -16,9 +16,12 @@ import torch
 DEFAULT_SM_COUNT = 132
 """Streaming multiprocessors (CUs on ROCm) assumed when the device cannot be asked: an H100/H200."""
 
-# Fused single-pass kernel: one program per row streams the row in tiles of FUSED_BLOCK columns.
-FUSED_BLOCK = 4096
+# Fused single-pass kernel: one program per row streams the row in tiles of FUSED_NUM_WARPS warps.
 FUSED_NUM_WARPS = 8
+FUSED_TILE_BYTES = 8192
+"""Bytes of one fused tile: 4096 bf16 or 2048 fp32 columns, 32 bytes per thread over 8 warps of 32 (16 over
+8 wavefronts of 64). Registers grow with columns per thread: a tile of 4096 fp32 columns, prefetched,
+spilled on sm_90 under triton 3.6 (`perfsuite kernels`)."""
 
 # Split kernel, stage 1: program (row, split) scans SPLIT_BLOCK-column tiles of its chunk of the row.
 SPLIT_BLOCK = 1024
@@ -101,10 +104,12 @@ def fused_plan(
     hw: Hardware = Hardware(),
     element_size: int = 2,
     *,
-    block: int = FUSED_BLOCK,
+    block: int | None = None,
     num_warps: int = FUSED_NUM_WARPS,
     prefetch: bool = PREFETCH,
 ) -> Plan:
+    """One program per row; by default tiles of FUSED_TILE_BYTES."""
+    block = block or FUSED_TILE_BYTES // element_size
     block = max(block, min_block(element_size, hw.warp_size, num_warps))
     return Plan("fused", block, num_warps, prefetch=prefetch)
 

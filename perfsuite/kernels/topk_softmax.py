@@ -541,15 +541,18 @@ def fused_topk_softmax(
     logits: torch.Tensor,
     k: int,
     *,
-    block: int = plans.FUSED_BLOCK,
+    block: int | None = None,
     num_warps: int = plans.FUSED_NUM_WARPS,
     prefetch: bool = plans.PREFETCH,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-k softmax, one program per row, one pass over the logits (grid `(B,)`)."""
+    """Exact top-k softmax, one program per row, one pass over the logits (grid `(B,)`); `block` defaults
+    to the fused plan's for this device and dtype."""
     _check(logits, k)
     batch, vocab = logits.shape
     topk_p, topk_index = _outputs(batch, k, logits.device)
     if batch > 0:
+        hw, size = plans.hardware(logits.device), logits.element_size()
+        block = block or plans.fused_plan(hw, size, num_warps=num_warps).block
         tunables = {"block": block, "num_warps": num_warps, "prefetch": prefetch}
         launch = fused_launch(batch, vocab, k, RowLayout.of(logits), **tunables)
         with _device_guard(logits):

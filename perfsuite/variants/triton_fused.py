@@ -21,9 +21,8 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     from perfsuite.kernels import topk_softmax
 
-    return topk_softmax.fused_topk_softmax(
-        logits, k, block=plans.FUSED_BLOCK, num_warps=plans.FUSED_NUM_WARPS
-    )
+    plan = plans.fused_plan(plans.hardware(logits.device), logits.element_size())
+    return topk_softmax.run_plan(logits, k, plan)
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
