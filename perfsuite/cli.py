@@ -251,6 +251,7 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from perfsuite import kernels
     from perfsuite.device import detect
+    from perfsuite.kernels import plan as plans
     from perfsuite.kernels import tuned, tuner
 
     scenario = load(args.scenario)
@@ -258,7 +259,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     reason = kernels.availability(info.device)
     if reason:
         raise UsageError(f"`tune` times the Triton kernels: {reason}")
-    name = tuned.slug(tuner.plans.hardware(info.device).name or info.name)
+    name = tuned.slug(plans.hardware(info.device).name or info.name)
     out = Path(args.out) if args.out else tuned.PACKAGED / f"{name}.json"
     csv = Path(args.csv) if args.csv else out.with_suffix(".csv")
     for path in (out, csv):

@@ -224,8 +224,7 @@ def test_unaligned_views_use_head_body_tail(dtype, offset, prefetch):
 @triton.jit
 def _first_aligned_kernel(out_ptr, stride_row, base_phase, col_start, col_end, VEC: tl.constexpr):
     row = tl.program_id(0)
-    row_base = ts.row_offset(row, stride_row)
-    col = ts.first_aligned((base_phase + row_base) % VEC, col_start, col_end, VEC)
+    col = ts.first_aligned(ts._row_start(row, stride_row, base_phase) % VEC, col_start, col_end, VEC)
     tl.store(out_ptr + row, col)
 
 

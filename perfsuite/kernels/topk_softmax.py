@@ -135,27 +135,32 @@ def first_aligned(phase, col_start, col_end, VEC: tl.constexpr):
 
 
 @triton.jit
-def _load_masked(logits_ptr, row_base, cols, col_end):
+def _load_masked(base_ptr, row_start, cols, col_end):
     """fp32 logits of `cols` (< col_end), -inf past it, and their keys (_EMPTY_KEY past it)."""
     mask = cols < col_end
-    x = tl.load(logits_ptr + row_base + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    x = tl.load(base_ptr + row_start + cols, mask=mask, other=float("-inf")).to(tl.float32)
     return x, tl.where(mask, _order_key(x), _EMPTY_KEY)
 
 
 @triton.jit
-def _load_aligned(logits_ptr, row_base, start, body_end, lanes, VEC: tl.constexpr, BLOCK: tl.constexpr):
-    """The whole tile of columns `start + lanes` (16-byte aligned at `start`) in the logits' dtype when
-    it starts before `body_end`, else nothing: all lanes or none (a bound of BLOCK or 0), so the loads stay
-    16 bytes wide."""
-    offset = tl.multiple_of(row_base + start, VEC)
-    return tl.load(logits_ptr + offset + lanes, mask=lanes < tl.where(start < body_end, BLOCK, 0), other=0.0)
+def _load_aligned(base_ptr, row_start, start, body_end, lanes, VEC: tl.constexpr, BLOCK: tl.constexpr):
+    """The whole tile of columns `start + lanes` (`row_start + start` a multiple of VEC: 16-byte aligned
+    from `base_ptr`) in the logits' dtype when it starts before `body_end`, else nothing: all lanes or none
+    (a bound of BLOCK or 0), so the loads stay 16 bytes wide."""
+    offset = tl.multiple_of(row_start + start, VEC)
+    return tl.load(base_ptr + offset + lanes, mask=lanes < tl.where(start < body_end, BLOCK, 0), other=0.0)
+
+
+@triton.jit
+def _row_start(row, stride_row, base_phase):
+    """Elements from the 16-byte boundary at `logits_ptr - base_phase` to the start of `row` (int64)."""
+    return base_phase + row_offset(row, stride_row)
 
 
 @triton.jit
 def _scan(
-    logits_ptr,
-    row_base,
-    phase,
+    base_ptr,
+    row_start,
     col_start,
     col_end,
     K: tl.constexpr,
@@ -164,13 +169,14 @@ def _scan(
     VEC: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):
-    """One pass over columns [col_start, col_end) of the row at `logits_ptr + row_base`.
+    """One pass over columns [col_start, col_end) of the row at `base_ptr + row_start`.
 
     Returns (max, sum of exp(x - max), running top-k). max: largest logit, NaN counted as +inf (-inf when
     every value is -inf). sum: fp32; NaN when the range holds a NaN or +inf. top-k: `[KP]` packed
     candidates, descending, _EMPTY past the range's length.
-    Loads: `phase` is the row start's offset in elements from a 16-byte boundary. A masked head of fewer
-    than VEC columns reaches the first aligned column, whole BLOCK tiles from there load unmasked and
+    Loads: `base_ptr` is a 16-byte boundary (the logits pointer minus its phase, `RowLayout`), so column c
+    is aligned where `row_start + c` is a multiple of VEC. A masked head of fewer than VEC columns reaches
+    the first aligned column, whole BLOCK tiles from there load unmasked and
     aligned (one 16-byte load per VEC columns, whatever V or the row stride), then one masked tail tile.
     PREFETCH: load tile t + 1 before reducing tile t (one more tile of registers).
     """
@@ -179,24 +185,24 @@ def _scan(
     run = tl.full([KP], _EMPTY, tl.int64)
     kth_key = tl.full([], _EMPTY_KEY, tl.int32)
     m = tl.full([], float("-inf"), tl.float32)
-    aligned = first_aligned(phase, col_start, col_end, VEC)
+    aligned = first_aligned(row_start % VEC, col_start, col_end, VEC)
     head = col_start + tl.arange(0, VEC)
-    x, key = _load_masked(logits_ptr, row_base, head, aligned)
+    x, key = _load_masked(base_ptr, row_start, head, aligned)
     m, s_head, run, kth_key = _consume(x, key, head, m, tl.zeros([VEC], tl.float32), run, kth_key, slots, K)
     s = tl.where(lanes == 0, tl.sum(s_head, axis=0), 0.0)
     body_end = aligned + (col_end - aligned) // BLOCK * BLOCK
     if PREFETCH:  # the next tile's loads are in flight while this one is reduced (a barrier per tile)
-        ahead = _load_aligned(logits_ptr, row_base, aligned, body_end, lanes, VEC, BLOCK)
+        ahead = _load_aligned(base_ptr, row_start, aligned, body_end, lanes, VEC, BLOCK)
         for start in range(aligned, body_end, BLOCK):
             xb = ahead.to(tl.float32)  # names of their own: x is [VEC] here
-            ahead = _load_aligned(logits_ptr, row_base, start + BLOCK, body_end, lanes, VEC, BLOCK)
+            ahead = _load_aligned(base_ptr, row_start, start + BLOCK, body_end, lanes, VEC, BLOCK)
             m, s, run, kth_key = _consume(xb, _order_key(xb), start + lanes, m, s, run, kth_key, slots, K)
     else:
         for start in range(aligned, body_end, BLOCK):
-            xb = _load_aligned(logits_ptr, row_base, start, body_end, lanes, VEC, BLOCK).to(tl.float32)
+            xb = _load_aligned(base_ptr, row_start, start, body_end, lanes, VEC, BLOCK).to(tl.float32)
             m, s, run, kth_key = _consume(xb, _order_key(xb), start + lanes, m, s, run, kth_key, slots, K)
     tail = body_end + lanes
-    x, key = _load_masked(logits_ptr, row_base, tail, col_end)
+    x, key = _load_masked(base_ptr, row_start, tail, col_end)
     m, s, run, kth_key = _consume(x, key, tail, m, s, run, kth_key, slots, K)
     return m, tl.sum(s, axis=0), run
 
@@ -233,9 +239,8 @@ def _fused_kernel(
 ):
     """Program `row`: online softmax and running top-k over the whole row, then `[k]` outputs."""
     row = tl.program_id(0)
-    row_base = row_offset(row, stride_row)
-    phase = (base_phase + row_base) % VEC
-    m, s, run = _scan(logits_ptr, row_base, phase, 0, V, K, KP, BLOCK, VEC, PREFETCH)
+    row_start = _row_start(row, stride_row, base_phase)
+    m, s, run = _scan(logits_ptr - base_phase, row_start, 0, V, K, KP, BLOCK, VEC, PREFETCH)
     slots = tl.arange(0, KP)
     _write_topk(run, m, s, p_ptr + row_offset(row, K), idx_ptr + row_offset(row, K), slots, K)
 
@@ -264,9 +269,8 @@ def _partials_kernel(
     split = tl.program_id(1)
     start = split * chunk
     end = tl.minimum(start + chunk, V)
-    row_base = row_offset(row, stride_row)
-    phase = (base_phase + row_base) % VEC
-    m, s, run = _scan(logits_ptr, row_base, phase, start, end, K, KP, BLOCK, VEC, PREFETCH)
+    row_start = _row_start(row, stride_row, base_phase)
+    m, s, run = _scan(logits_ptr - base_phase, row_start, start, end, K, KP, BLOCK, VEC, PREFETCH)
     part = row_offset(row, n_splits) + split
     tl.store(max_ptr + part, m)
     tl.store(sum_ptr + part, s)
