@@ -221,7 +221,8 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
     from perfsuite.inputs import dtype_of
     from perfsuite.kernels import resources
 
-    unknown = sorted(set(args.target) - set(resources.TARGETS))
+    targets = list(dict.fromkeys(args.target)) or list(resources.DEFAULT_TARGETS)
+    unknown = sorted(set(targets) - set(resources.TARGETS))
     if unknown:
         raise UsageError(f"unknown target {', '.join(unknown)}; known: {', '.join(resources.TARGETS)}")
     if not kernels.triton_installed():
@@ -232,7 +233,7 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         os.environ.pop(kernels.INTERPRET_ENV)  # Triton not imported yet: compile, do not interpret
     cases = expand(load(args.scenario))
     shapes = {(dtype_of(c.dtype), c.batch, c.vocab, c.topk) for c in cases}
-    table = resources.plan_resources(shapes, args.target or resources.DEFAULT_TARGETS)
+    table = resources.plan_resources(shapes, targets)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
@@ -386,7 +387,7 @@ def parser() -> argparse.ArgumentParser:
         "--target",
         action="append",
         default=[],
-        help="sm_80, sm_90, gfx90a, gfx942 (repeat; default sm_90 and gfx942)",
+        help="sm_80, sm_90, sm_100, gfx90a, gfx942, gfx950 (repeat; default sm_90 and gfx942)",
     )
     s.add_argument("--csv", help="write every (target, shape, launch) row as CSV")
     s.set_defaults(func=_cmd_kernels)

@@ -57,9 +57,10 @@ stage_tests() {
 
 stage_kernels() {
   # this GPU's own architecture joins the default targets when the report knows it
-  local arch targets=(--target sm_90 --target gfx942)
+  local arch known targets=(--target sm_90 --target gfx942)
   arch=$("$PY" -c "from perfsuite import device; print(device.detect().arch.split(':')[0])" 2>/dev/null)
-  case " sm_80 sm_90 gfx90a gfx942 " in *" $arch "*) targets+=(--target "$arch") ;; esac
+  known=$("$PY" -c "from perfsuite.kernels.resources import TARGETS; print(' '.join(TARGETS))" 2>/dev/null)
+  case " $known " in *" $arch "*) targets+=(--target "$arch") ;; esac
   timeout 300 "$PY" -m perfsuite kernels "$SCENARIO" "${targets[@]}" --csv "$OUT_DIR/kernels.csv" \
     2>&1 | tee "$OUT_DIR/kernels.txt" | head -n 40
   return "${PIPESTATUS[0]}"

@@ -73,7 +73,8 @@ def test_unknown_target_is_a_usage_error(tmp_path, capsys):
     scenario = tmp_path / "k.toml"
     scenario.write_text(SCENARIO)
     assert cli.main(["kernels", str(scenario), "--target", "sm_9"]) == cli.EXIT_USAGE
-    assert "unknown target sm_9; known: sm_80, sm_90, gfx90a, gfx942" in capsys.readouterr().err
+    known = "sm_80, sm_90, sm_100, gfx90a, gfx942, gfx950"
+    assert f"unknown target sm_9; known: {known}" in capsys.readouterr().err
 
 
 def test_load_width_parsers():

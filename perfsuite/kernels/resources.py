@@ -57,8 +57,10 @@ TARGETS: dict[str, Target] = {
     for t in (
         Target("sm_80", "cuda", 80, 32, 108, "A100", shared_bytes=164 << 10),
         Target("sm_90", "cuda", 90, 32, 132, "H100, H200", shared_bytes=228 << 10),
+        Target("sm_100", "cuda", 100, 32, 148, "B200", shared_bytes=228 << 10),
         Target("gfx90a", "hip", "gfx90a", 64, 110, "MI250X (one GCD)"),
         Target("gfx942", "hip", "gfx942", 64, 304, "MI300X, MI325X"),
+        Target("gfx950", "hip", "gfx950", 64, 256, "MI355X"),
     )
 }
 DEFAULT_TARGETS = ("sm_90", "gfx942")
