@@ -233,7 +233,7 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         os.environ.pop(kernels.INTERPRET_ENV)  # Triton not imported yet: compile, do not interpret
     cases = expand(load(args.scenario))
     shapes = {(dtype_of(c.dtype), c.batch, c.vocab, c.topk) for c in cases}
-    table = resources.plan_resources(shapes, targets)
+    table = resources.plan_resources(shapes, targets, Path(args.asm) if args.asm else None)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
@@ -390,6 +390,7 @@ def parser() -> argparse.ArgumentParser:
         help="sm_80, sm_90, sm_100, gfx90a, gfx942, gfx950 (repeat; default sm_90 and gfx942)",
     )
     s.add_argument("--csv", help="write every (target, shape, launch) row as CSV")
+    s.add_argument("--asm", help="write each distinct kernel's TTGIR, PTX and SASS (NVIDIA) or AMDGCN here")
     s.set_defaults(func=_cmd_kernels)
 
     s = sub.add_parser(

@@ -61,7 +61,7 @@ stage_kernels() {
   arch=$("$PY" -c "from perfsuite import device; print(device.detect().arch.split(':')[0])" 2>/dev/null)
   known=$("$PY" -c "from perfsuite.kernels.resources import TARGETS; print(' '.join(TARGETS))" 2>/dev/null)
   case " $known " in *" $arch "*) targets+=(--target "$arch") ;; esac
-  timeout 300 "$PY" -m perfsuite kernels "$SCENARIO" "${targets[@]}" --csv "$OUT_DIR/kernels.csv" \
+  timeout 300 "$PY" -m perfsuite kernels "$SCENARIO" "${targets[@]}" --csv "$OUT_DIR/kernels.csv" --asm "$OUT_DIR/asm" \
     2>&1 | tee "$OUT_DIR/kernels.txt" | head -n 40
   return "${PIPESTATUS[0]}"
 }

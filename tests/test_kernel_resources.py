@@ -37,7 +37,18 @@ def _compiler_env() -> dict[str, str]:
 def test_every_planned_kernel_compiles_without_spills_and_loads_16_bytes(tmp_path):
     scenario, out = tmp_path / "k.toml", tmp_path / "kernels.csv"
     scenario.write_text(SCENARIO)
-    command = [sys.executable, "-m", "perfsuite", "kernels", str(scenario), "--csv", str(out)]
+    asm = tmp_path / "asm"
+    command = [
+        sys.executable,
+        "-m",
+        "perfsuite",
+        "kernels",
+        str(scenario),
+        "--csv",
+        str(out),
+        "--asm",
+        str(asm),
+    ]
     command += ["--target", "sm_90", "--target", "gfx942"]
     done = subprocess.run(command, capture_output=True, text=True, env=_compiler_env(), timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -53,6 +64,11 @@ def test_every_planned_kernel_compiles_without_spills_and_loads_16_bytes(tmp_pat
     assert set(launches) == {("fused",), ("partials", "merge")}
     assert set(table.loc[table["batch"] == 1, "plan"]) == {"split"}
     assert "distinct kernels compiled" in done.stdout
+    # the code itself: 128-bit loads in the SASS of the misaligned fused kernel, AMDGCN beside it
+    sass = next((asm / "sm_90").glob("fused-bf16-K16-*-unaligned-rows.sass")).read_text()
+    assert "LDG.E.128" in sass
+    assert "buffer_load_dwordx4" in next((asm / "gfx942").glob("fused-bf16-K16-*.amdgcn")).read_text()
+    assert len(list((asm / "sm_90").glob("*.ttgir"))) == len(list((asm / "sm_90").glob("*.ptx")))
 
 
 @needs_triton

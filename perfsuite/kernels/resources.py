@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import cache
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -172,6 +173,25 @@ def cuda_occupancy(target: Target, registers: int, shared: int, num_warps: int) 
     return blocks * num_warps / target.max_warps
 
 
+def _sass(cubin: bytes) -> str:
+    """The cubin's SASS (`cuobjdump -sass`), "" without cuobjdump."""
+    tool = cuobjdump()
+    if tool is None:
+        return ""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        return subprocess.run([tool, "-sass", file.name], capture_output=True, text=True).stdout
+
+
+def _assembly(compiled, target: Target) -> dict[str, str]:
+    """What a kernel engineer reads, by file extension: Triton's GPU IR, then PTX and SASS or AMDGCN."""
+    texts = {"ttgir": compiled.asm["ttgir"]}
+    if target.backend == "cuda":
+        return {**texts, "ptx": compiled.asm["ptx"], "sass": _sass(compiled.asm["cubin"])}
+    return {**texts, "amdgcn": compiled.asm["amdgcn"]}
+
+
 def _cuda_resources(compiled, target: Target, num_warps: int) -> dict:
     shared = int(compiled.metadata.shared)
     found = {"shared_bytes": shared, "widest_load_bytes": widest_load_ptx(compiled.asm["ptx"])}
@@ -217,7 +237,7 @@ def _root_cause(error: BaseException) -> str:
 @cache
 def _compile(
     target_name: str, kernel: str, dtype: str, scalars: tuple, constants: tuple, num_warps: int, aligned: bool
-) -> Resources:
+) -> tuple[Resources, dict[str, str]]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -237,30 +257,51 @@ def _compile(
             options={"num_warps": num_warps},
         )
     except Exception as error:  # a compile error is this report's finding, not a crash
-        return Resources(**{**asdict(row), "error": _root_cause(error)})
+        return Resources(**{**asdict(row), "error": _root_cause(error)}), {}
     found = (
         _cuda_resources(compiled, target, num_warps)
         if target.backend == "cuda"
         else _amd_resources(compiled, target)
     )
-    return Resources(**{**asdict(row), **found})
+    return Resources(**{**asdict(row), **found}), _assembly(compiled, target)
 
 
-def compile_launch(target: str, launch, dtype: torch.dtype, *, aligned: bool = True) -> Resources:
-    """Compile one `topk_softmax.Launch` for `target` with logits of `dtype`; `aligned`: the logits pointer
-    is 16-byte aligned (fresh allocations are)."""
+def _compiled(target: str, launch, dtype: torch.dtype, aligned: bool) -> tuple[Resources, dict[str, str]]:
     # integers enter the compiled kernel only through their type and divisibility by 16: one compile each
     scalars = tuple((name, (_int_type(v), v % 16 == 0)) for name, v in sorted(launch.scalars.items()))
     constants = tuple(launch.constants.items())
     return _compile(target, launch.kernel, TRITON_TYPES[dtype], scalars, constants, launch.num_warps, aligned)
 
 
+def compile_launch(target: str, launch, dtype: torch.dtype, *, aligned: bool = True) -> Resources:
+    """Compile one `topk_softmax.Launch` for `target` with logits of `dtype`; `aligned`: the logits pointer
+    is 16-byte aligned (fresh allocations are)."""
+    return _compiled(target, launch, dtype, aligned)[0]
+
+
+def assembly(target: str, launch, dtype: torch.dtype, *, aligned: bool = True) -> dict[str, str]:
+    """The launch's compiled code by file extension (ttgir, ptx and sass, or amdgcn); {} if it failed."""
+    return _compiled(target, launch, dtype, aligned)[1]
+
+
+def write_assembly(folder: Path, row: dict, texts: dict[str, str]) -> None:
+    """`folder/<target>/<kernel>-<dtype>-<constants>-w<warps>[-unaligned-rows].<ext>` for each text."""
+    constants = row["constants"].replace("=", "").replace(", ", "-")
+    layout = "" if row["rows_aligned"] else "-unaligned-rows"
+    stem = f"{row['kernel']}-{row['dtype']}-{constants}-w{row['num_warps']}{layout}"
+    (folder / row["target"]).mkdir(parents=True, exist_ok=True)
+    for ext, text in texts.items():
+        (folder / row["target"] / f"{stem}.{ext}").write_text(text)
+
+
 def plan_resources(
-    shapes: Iterable[tuple[torch.dtype, int, int, int]], targets: Iterable[str] = DEFAULT_TARGETS
+    shapes: Iterable[tuple[torch.dtype, int, int, int]],
+    targets: Iterable[str] = DEFAULT_TARGETS,
+    asm_dir: Path | None = None,
 ) -> pd.DataFrame:
     """One row per target, shape `(dtype, batch, vocab, k)` and launch: the plan `triton_auto` picks on
     that target for that shape, and each of its launches' resources. Launches that compile the same share
-    one compile.
+    one compile. With `asm_dir`, each distinct kernel's code is written there too (`write_assembly`).
     """
     from perfsuite.kernels import topk_softmax
 
@@ -273,10 +314,12 @@ def plan_resources(
             plan = plans.choose(batch, vocab, k, target.hardware, element_size)
             layout = topk_softmax.RowLayout.contiguous(vocab, element_size)
             for launch in topk_softmax.plan_launches(batch, vocab, k, plan, layout):
-                found = compile_launch(target_name, launch, dtype)
+                found, texts = _compiled(target_name, launch, dtype, True)
                 shape = {"batch": batch, "vocab": vocab, "plan": plan.kernel, "grid": launch.grid}
                 shape["rows_aligned"] = vocab * element_size % 16 == 0  # every row starts 16-byte aligned
                 rows.append({**shape, **asdict(found)})
+                if asm_dir is not None:
+                    write_assembly(asm_dir, rows[-1], texts)
     columns = ["target", "dtype", "batch", "vocab", "rows_aligned", "k", "plan", "kernel", "grid"]
     columns += ["num_warps", "constants"]
     frame = pd.DataFrame(rows)
