@@ -27,6 +27,7 @@ COLUMNS: dict[str, str] = {
     "tp": "tensor-parallel ranks the vocabulary is split over (1: one device)",
     "status": "ok | skipped | error",
     "reason": "why the case was skipped or failed",
+    "launch": "how a Triton variant launched the case: kernel, splits x columns, tile, warps, prefetch",
     "median_us": "median time per call, microseconds",
     "p20_us": "20th percentile, microseconds",
     "p80_us": "80th percentile, microseconds",

@@ -174,7 +174,7 @@ class CaseRunner:
 
     def run(self, case: Case) -> dict[str, object]:
         """Measure one case; always returns a row (status ok, skipped or error)."""
-        row = case_row(case, self.env)
+        row = {**case_row(case, self.env), "launch": launch_of(case)}
         try:
             reason = self.skip_reason(case)
             if reason:
@@ -272,6 +272,13 @@ def case_row(case: Case, env: dict[str, object]) -> dict[str, object]:
         "l2": case.timing.l2,
         "tp": case.tp,
     }
+
+
+def launch_of(case: Case) -> str:
+    """How the case's variant launches it (the Triton variants' plan); "" for the others."""
+    describe = variants.get(case.variant).launch
+    dtype = inputs.dtype_of(case.dtype)
+    return describe(case.batch, case.vocab, case.topk, dtype) if describe else ""
 
 
 def stamp() -> dict[str, str]:

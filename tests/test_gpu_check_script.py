@@ -72,6 +72,8 @@ def test_every_stage_but_the_suite_runs_and_writes_its_files(tmp_path):
     results = pd.read_csv(out / "results.csv")
     assert set(results["variant"]) == {"full_softmax", "identity", "argmax_ones", "triton_auto"}
     assert (results["status"] == "ok").all()
+    launch = results.set_index("variant")["launch"]
+    assert launch["triton_auto"].endswith("(heuristic)") and pd.isna(launch["full_softmax"])
 
 
 def test_an_unknown_stage_stops_with_status_2(tmp_path):

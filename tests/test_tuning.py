@@ -102,6 +102,9 @@ def test_triton_auto_runs_the_tuned_plan(tmp_path, monkeypatch):
     logits = make_logits("peaked", 2, 5000, BF16, seed=1, device=DEVICE)
     p, idx = variants.get("triton_auto")(logits, 4)
     assert launched == [tunables.plan_for(2, 5000, 4, GPU, 2)]
+    # the results' launch column says which plan ran, and that it came from the table
+    described = variants.get("triton_auto").launch(2, 5000, 4, BF16)
+    assert described == f"{launched[0].describe()} (tuned)" and described.startswith("split 3 x 2048 cols")
     assert parity.check("exact", p, idx, parity.reference(logits, 4)).verdict == "pass"
 
 

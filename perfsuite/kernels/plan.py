@@ -64,6 +64,11 @@ class Plan:
     chunk: int = 0  # split only: columns per split program (a multiple of `block`)
     prefetch: bool = PREFETCH
 
+    def describe(self) -> str:
+        """One line for results tables: "split 75 x 2048 cols, block 1024, 4 warps, prefetch"."""
+        grid = f"split {self.n_splits} x {self.chunk} cols" if self.kernel == "split" else "fused"
+        return f"{grid}, block {self.block}, {self.num_warps} warps" + (", prefetch" if self.prefetch else "")
+
 
 @dataclass(frozen=True)
 class Hardware:

@@ -552,6 +552,9 @@ def _line_figures(
         "samples",
         "timing",
     ]
+    if "launch" in data:  # the Triton variants' plan (older results files lack the column)
+        values["launch"] = "first"
+        hover.append("launch")
     spec = _Facets(
         x="vocab",
         y=y,

@@ -24,6 +24,13 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return topk_softmax.run_plan(logits, k, plan)
 
 
+def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
+    """The plan, and where it came from: the device's tuned table or the heuristic."""
+    hw = plans.hardware()
+    source = "tuned" if tuned.table_for(hw.name) else "heuristic"
+    return f"{tuned.best_plan(batch, vocab, k, dtype, hw).describe()} ({source})"
+
+
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """The chosen kernel's traffic (plan for the current device, 132 SMs without one)."""
     plan = tuned.best_plan(batch, vocab, k, dtype, plans.hardware())
@@ -39,4 +46,5 @@ VARIANT = Variant(
     summary="Triton, fused or split picked by shape and SM count (the fastest exact kernel by heuristic)",
     lowest_index_ties=True,
     available=availability,
+    launch=launch,
 )

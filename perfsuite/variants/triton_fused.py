@@ -25,6 +25,10 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return topk_softmax.run_plan(logits, k, plan)
 
 
+def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
+    return plans.fused_plan(plans.hardware(), dtype.itemsize).describe()
+
+
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """The ideal: one read of the logits, `[B, k]` fp32 + int64 written; nothing materialized."""
     return ideal_traffic(batch, vocab, k, dtype)
@@ -38,4 +42,5 @@ VARIANT = Variant(
     summary="Triton, one program per row, one pass: online softmax + running top-k (exact, no temporaries)",
     lowest_index_ties=True,
     available=availability,
+    launch=launch,
 )

@@ -26,6 +26,10 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return topk_softmax.run_plan(logits, k, plan)
 
 
+def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
+    return plans.split_plan(batch, vocab, k, plans.hardware(), dtype.itemsize).describe()
+
+
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """The ideal read of the logits and `[B, k]` outputs, plus the partials written by stage 1 and read by
     stage 2 (split count from the plan for the current device, 132 SMs without one)."""
@@ -42,4 +46,5 @@ VARIANT = Variant(
     summary="Triton, rows split over (B, n_splits) programs into partial max/sum/top-k, then a merge kernel",
     lowest_index_ties=True,
     available=availability,
+    launch=launch,
 )
