@@ -11,9 +11,10 @@
 #   draft    the draft loop, eager and graph-captured (scenarios/draft_quick.toml)
 #   tp       tensor parallel, where more than one GPU is visible
 # Usage: [STAGES="machine tests kernels tune"] scripts/gpu_check.sh [OUT_DIR]
-#        (default OUT_DIR: $OUT if set, else reports/gpu-check). All stages take about 15 minutes on an
-#        H200; to stay under a 10-minute command limit run "machine tests kernels tune" and then
-#        "sweep summary draft tp" into the same OUT_DIR.
+#        (default OUT_DIR: $OUT if set, else reports/gpu-check). Every stage writes "-- stage: exit N, S s"
+#        to OUT_DIR/stages.txt. Not yet timed on a GPU; estimated 15-20 minutes for all stages on an H200,
+#        so under a 10-minute command limit run "machine tests kernels tune" and then "sweep summary draft tp"
+#        into the same OUT_DIR (the second call picks up tuned.json).
 # Pure-Python dependencies the machine lacks (plotly, jinja2, tqdm, ...) are taken from .whl/ when present:
 # fetch them beforehand on a machine with network access with scripts/fetch_wheels.sh.
 set -uo pipefail
@@ -61,13 +62,13 @@ stage_kernels() {
   arch=$("$PY" -c "from perfsuite import device; print(device.detect().arch.split(':')[0])" 2>/dev/null)
   known=$("$PY" -c "from perfsuite.kernels.resources import TARGETS; print(' '.join(TARGETS))" 2>/dev/null)
   case " $known " in *" $arch "*) targets+=(--target "$arch") ;; esac
-  timeout 300 "$PY" -m perfsuite kernels "$SCENARIO" "${targets[@]}" --csv "$OUT_DIR/kernels.csv" --asm "$OUT_DIR/asm" \
-    2>&1 | tee "$OUT_DIR/kernels.txt" | head -n 40
+  timeout 300 "$PY" -m perfsuite kernels "$SCENARIO" "${targets[@]}" \
+    --csv "$OUT_DIR/kernels.csv" --asm "$OUT_DIR/asm" 2>&1 | tee "$OUT_DIR/kernels.txt" | head -n 40
   return "${PIPESTATUS[0]}"
 }
 
 stage_tune() {
-  timeout 420 "$PY" -m perfsuite tune "$TUNE_SCENARIO" --out "$OUT_DIR/tuned.json" --csv "$OUT_DIR/tune.csv" \
+  timeout 540 "$PY" -m perfsuite tune "$TUNE_SCENARIO" --out "$OUT_DIR/tuned.json" --csv "$OUT_DIR/tune.csv" \
     2>&1 | tee "$OUT_DIR/tune.txt" | tail -n 90
   local rc=${PIPESTATUS[0]}
   [ -f "$OUT_DIR/tuned.json" ] && export PERFSUITE_PLANS="$OUT_DIR/tuned.json"
