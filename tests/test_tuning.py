@@ -108,6 +108,23 @@ def test_triton_auto_runs_the_tuned_plan(tmp_path, monkeypatch):
     assert parity.check("exact", p, idx, parity.reference(logits, 4)).verdict == "pass"
 
 
+def _timed(median: float, spread: float = 1.0, verdict: str = "pass") -> tuner.Timed:
+    tunables = tuned.Tunables("fused", 4096, 8)
+    plan = plans.fused_plan(GPU, 2)
+    return tuner.Timed(tunables, plan, median, median - spread, median + spread, verdict)
+
+
+def test_a_candidate_replaces_the_heuristic_only_outside_the_noise():
+    heuristic = _timed(10.0, 0.2)
+    clear, close, noisy = _timed(8.0, 0.2), _timed(9.9, 0.01), _timed(8.0, 2.5)
+    assert tuner.best_of([heuristic, close, clear]) is clear
+    assert tuner.best_of([heuristic, close]) is heuristic  # under MIN_GAIN faster
+    assert tuner.best_of([heuristic, noisy]) is heuristic  # faster median, overlapping p20/p80
+    failed = _timed(float("nan"), verdict="error")
+    assert tuner.best_of([failed, close]) is close
+    assert tuner.best_of([failed]) is None
+
+
 SCENARIO = """
 name = "tune"
 device = "auto"
@@ -137,13 +154,17 @@ def test_tune_writes_the_fastest_exact_plan_per_shape(tmp_path, capsys):
     assert len(rows) == len(tuner.candidates(2, 4200, 3, plans.hardware(DEVICE), 2))
     assert rows["heuristic"].sum() == 1 and (rows["verdict"] == "pass").all()
     entry = table.entries[0]
-    fastest = rows.loc[rows["median_us"].idxmin()]
-    assert (entry.best.kernel, entry.best.block, entry.best.num_warps) == (
-        fastest["kernel"],
-        fastest["block"],
-        fastest["num_warps"],
+    fastest, heuristic = rows.loc[rows["median_us"].idxmin()], rows[rows["heuristic"]].iloc[0]
+    clear = fastest["median_us"] < (1 - tuner.MIN_GAIN) * heuristic["median_us"]
+    expected = fastest if clear and fastest["p80_us"] < heuristic["p20_us"] else heuristic
+    assert (entry.best.kernel, entry.best.block, entry.best.num_warps, entry.best.prefetch) == (
+        expected["kernel"],
+        expected["block"],
+        expected["num_warps"],
+        expected["prefetch"],
     )
-    assert entry.heuristic_us == pytest.approx(rows.loc[rows["heuristic"], "median_us"].item())
+    assert entry.median_us == pytest.approx(expected["median_us"])
+    assert entry.heuristic_us == pytest.approx(heuristic["median_us"])
     printed = capsys.readouterr().out
     assert "bfloat16 B2 V4200 k3" in printed and "speedup" in printed
 

@@ -46,6 +46,12 @@ class Tunables:
         waves = waves if plan.kernel == "split" else 0.0
         return Tunables(plan.kernel, plan.block, plan.num_warps, waves, plan.prefetch)
 
+    def describe(self) -> str:
+        """One line: "split, block 1024, 4 warps, 1 wave, prefetch"."""
+        waves = f", {self.waves:g} waves" if self.kernel == "split" else ""
+        prefetch = ", prefetch" if self.prefetch else ""
+        return f"{self.kernel}, block {self.block}, {self.num_warps} warps{waves}{prefetch}"
+
     def plan_for(self, batch: int, vocab: int, k: int, hw: plans.Hardware, element_size: int) -> plans.Plan:
         """These tunables applied to a shape (a row too short to split runs fused)."""
         tunables = {"block": self.block, "num_warps": self.num_warps, "prefetch": self.prefetch}

@@ -30,10 +30,15 @@ FUSED_WARPS = (4, 8, 16)
 FUSED_BYTES_PER_THREAD = (16, 32, 64)
 SPLIT_PROGRAMS = ((4, 16), (4, 32), (8, 16))  # (warps, bytes per thread per tile)
 SPLIT_WAVES = (0.5, 1.0, 2.0, 4.0)
+MIN_GAIN = 0.03
+"""A candidate replaces the heuristic plan only when its median is this much lower and its p80 is below the
+heuristic's p20 (outside both runs' noise): the fastest of ~30 noisy medians is otherwise a coin toss."""
 
 
 def candidates(batch: int, vocab: int, k: int, hw: plans.Hardware, element_size: int) -> list[Tunables]:
     """The heuristic plan first, then every candidate that launches differently for this shape."""
+    from perfsuite.kernels.topk_softmax import RowLayout, plan_launches
+
     heuristic = Tunables.of(plans.choose(batch, vocab, k, hw, element_size))
     found = [heuristic]
     for prefetch in (True, False):
@@ -46,8 +51,6 @@ def candidates(batch: int, vocab: int, k: int, hw: plans.Hardware, element_size:
             block = per_thread // element_size * hw.warp_size * warps
             found += [Tunables("split", block, warps, waves) for waves in SPLIT_WAVES]
             found.append(Tunables("split", block, warps, 1.0, prefetch=False))
-    from perfsuite.kernels.topk_softmax import RowLayout, plan_launches
-
     layout = RowLayout.contiguous(vocab, element_size)
     distinct: dict[tuple, Tunables] = {}  # by what is launched (tiles shrink to short rows)
     for tunables in found:
@@ -97,6 +100,19 @@ def time_candidate(case: Case, tunables: Tunables, inputs: runner.CaseRunner, hw
     return replace(timed, **figures, verdict="pass")
 
 
+def best_of(timed: list[Timed]) -> Timed | None:
+    """The fastest usable candidate if it beats the heuristic (`timed[0]`) by MIN_GAIN outside the noise,
+    else the heuristic; None when no candidate is usable."""
+    usable = [t for t in timed if t.usable]
+    if not usable:
+        return None
+    best, heuristic = min(usable, key=lambda t: t.median_us), timed[0]
+    if not heuristic.usable:
+        return best
+    clear = best.median_us < (1 - MIN_GAIN) * heuristic.median_us and best.p80_us < heuristic.p20_us
+    return best if clear else heuristic
+
+
 def shapes_of(cases: Iterable[Case]) -> list[Case]:
     """One case per (dtype, batch, vocab, k, path), whatever its variant: the shapes to tune."""
     distinct: dict[tuple, Case] = {}
@@ -144,9 +160,8 @@ def tune(
             verdict = {"verdict": t.verdict, "reason": t.reason}
             kind = {"path": case.path, "heuristic": rank == 0}
             outcome.rows.append({**shape, **kind, **launch, **figures, **verdict})
-        usable = [t for t in timed if t.usable]
-        if usable:
-            best = min(usable, key=lambda t: t.median_us)
+        best = best_of(timed)
+        if best is not None:
             times = {"median_us": best.median_us, "heuristic_us": timed[0].median_us}
             entry = Entry(**shape, best=best.tunables, **times)
             outcome.table = replace(outcome.table, entries=(*outcome.table.entries, entry))
@@ -163,9 +178,7 @@ def summary(table: TunedTable) -> pd.DataFrame:
             "batch": e.batch,
             "vocab": e.vocab,
             "k": e.k,
-            "best": f"{e.best.kernel} block {e.best.block} warps {e.best.num_warps}"
-            + (f" waves {e.best.waves:g}" if e.best.kernel == "split" else "")
-            + ("" if e.best.prefetch else " no prefetch"),
+            "best": e.best.describe(),
             "best_us": round(e.median_us, 2),
             "heuristic_us": round(e.heuristic_us, 2),
             "speedup": round(e.heuristic_us / e.median_us, 3) if e.median_us > 0 else math.nan,
