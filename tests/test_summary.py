@@ -66,3 +66,24 @@ def test_markdown_and_command(tmp_path, capsys):
     assert "3 ok" not in text and "12 ok, 1 skipped" in text
     assert summary.main([str(tmp_path / "missing.csv")]) == 2
     assert "missing.csv" in capsys.readouterr().err
+
+
+def test_the_tuned_table_beside_the_results_joins_the_summary(tmp_path, capsys):
+    from perfsuite.kernels import tuned
+
+    path = tmp_path / "results.csv"
+    frame().to_csv(path, index=False)
+    best = tuned.Tunables("split", 2048, 4, waves=2.0)
+    entry = tuned.Entry("bfloat16", 1, 151936, 1, best, median_us=8.0, heuristic_us=10.0)
+    table = tuned.TunedTable("NVIDIA H200", 132, 32, {}, "graph", (entry,))
+    (tmp_path / "tuned.json").write_text(table.to_json())
+    assert summary.main([str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "## Tuned plans (NVIDIA H200, graph path" in printed
+    assert (
+        "| bfloat16 | 1 | 151936 | 1 | split, block 2048, 4 warps, 2 waves, prefetch | 8 | 10 | 1.25 |"
+        in printed
+    )
+    (tmp_path / "tuned.json").write_text("{}")
+    assert summary.main([str(path)]) == 2  # a broken table is a one-line error
+    assert "perfsuite summary:" in capsys.readouterr().err

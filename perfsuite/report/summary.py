@@ -5,7 +5,8 @@
 One markdown table row per (device, path, dtype, vocab, batch, topk): the median of every variant in the
 same run, `full_softmax / best exact` (speedup), `best exact / argmax_ones` (the price of exactness) and
 the best exact variant's bandwidth as a percent of the measured copy bandwidth; then the Triton targets
-of issue 3 evaluated over the run.
+of issue 3 evaluated over the run; then, where `perfsuite tune` wrote `tuned.json` beside the results (or
+`--tuned` names one), each tuned shape's best plan against the heuristic.
 """
 
 from __future__ import annotations
@@ -121,17 +122,33 @@ def summary_markdown(frame: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+def tuned_markdown(path: Path) -> str:
+    """The tuned-plan table `perfsuite tune` wrote: per shape the best plan against the heuristic."""
+    from perfsuite.kernels import tuned, tuner
+
+    table = tuned.TunedTable.from_json(path.read_text())
+    title = f"\n## Tuned plans ({table.device}, {table.path} path, `perfsuite tune`)\n"
+    return title + to_markdown(tuner.summary(table))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+")
     parser.add_argument("--out", help="write the markdown here too")
+    parser.add_argument("--tuned", help="a tuned-plan table to add (default: tuned.json beside the results)")
     args = parser.parse_args(argv)
+    first = Path(args.results[0])
+    tuned_file = (
+        Path(args.tuned) if args.tuned else (first if first.is_dir() else first.parent) / "tuned.json"
+    )
     try:
         frame = load_many([Path(p) for p in args.results])
-    except (OSError, ValueError) as exc:
+        text = summary_markdown(frame)
+        if args.tuned or tuned_file.exists():
+            text += tuned_markdown(tuned_file)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
         print(f"perfsuite summary: {exc}", file=sys.stderr)
         return 2
-    text = summary_markdown(frame)
     print(text)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
