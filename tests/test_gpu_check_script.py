@@ -66,6 +66,7 @@ def test_every_stage_but_the_suite_runs_and_writes_its_files(tmp_path):
     for name in ("machine.txt", "kernels.csv", "tuned.json", "tune.csv", "results.csv", "summary.md"):
         assert (out / name).stat().st_size > 0, name
     assert "GPU visible" in (out / "tp-skipped.txt").read_text()
+    assert "## Tuned plans" in (out / "summary.md").read_text()  # the tune stage's table joins the summary
     stages = (out / "stages.txt").read_text().splitlines()
     assert [line.split(":")[0] for line in stages] == [f"-- {stage}" for stage in STAGES]
     assert all(": exit 0," in line for line in stages)
