@@ -61,6 +61,33 @@ def test_detect_a_rocm_gpu_through_the_cuda_api(monkeypatch):
     assert info.graph_unroll_cap == device.GRAPH_UNROLL_CAP["rocm"] < device.GRAPH_UNROLL_CAP["cuda"]
 
 
+@pytest.mark.parametrize("has_warp_size", [True, False])
+def test_launch_plans_see_a_rocm_gpu_as_wavefronts_of_64(monkeypatch, has_warp_size):
+    """MI300X through the CUDA API: 304 CUs, wavefronts of 64 (from the properties, or from torch.version.hip
+    where an older torch lacks `warp_size`), so a bf16 split tile grows to 2048 columns (16 bytes a lane)."""
+    from perfsuite.kernels import plan as plans
+
+    class Props:
+        name = "AMD Instinct MI300X"
+        multi_processor_count = 304
+
+    if has_warp_size:
+        Props.warp_size = 64
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    plans._cuda_hardware.cache_clear()
+    try:
+        hw = plans.hardware("cuda:0")
+    finally:
+        plans._cuda_hardware.cache_clear()
+    assert hw == plans.Hardware(sms=304, warp_size=64, name="AMD Instinct MI300X")
+    split = plans.split_plan(1, 151936, 1, hw, element_size=2)
+    assert split.block == 2048 and split.chunk % 2048 == 0
+    assert plans.hardware("cpu") == plans.Hardware()
+
+
 def test_detect_cpu(monkeypatch):
     monkeypatch.setenv("PERFSUITE_PEAK_GBPS", "123")
     device.detect.cache_clear()
