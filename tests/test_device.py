@@ -36,6 +36,13 @@ def test_backend_of_tells_rocm_from_cuda(monkeypatch):
     assert device.backend_of(torch.device("cpu")) == "cpu"
 
 
+def pretend_rocm_gpu(monkeypatch, props: type) -> None:
+    """A ROCm build of torch whose one GPU has the properties `props` (ROCm answers through torch.cuda)."""
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
 def test_detect_a_rocm_gpu_through_the_cuda_api(monkeypatch):
     class Props:
         name = "AMD Instinct MI300X"
@@ -43,9 +50,7 @@ def test_detect_a_rocm_gpu_through_the_cuda_api(monkeypatch):
         L2_cache_size = 4 << 20
         major, minor = 9, 4
 
-    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    pretend_rocm_gpu(monkeypatch, Props)
     device.detect.cache_clear()
     try:
         info = device.detect("cuda:0")
@@ -73,10 +78,8 @@ def test_launch_plans_see_a_rocm_gpu_as_wavefronts_of_64(monkeypatch, has_warp_s
 
     if has_warp_size:
         Props.warp_size = 64
-    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    pretend_rocm_gpu(monkeypatch, Props)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     plans._cuda_hardware.cache_clear()
     try:
         hw = plans.hardware("cuda:0")

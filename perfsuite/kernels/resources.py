@@ -101,7 +101,7 @@ def _int_type(value: int) -> str:
     return "i32" if -(2**31) <= value < 2**31 else "i64"
 
 
-def _signature(fn, scalars: dict, element_type: str, aligned_logits: bool) -> tuple[dict, dict]:
+def _signature(fn, scalars: dict, element_type: str) -> tuple[dict, dict]:
     """Triton's signature and specialisation attributes, as its launcher derives them at run time.
 
     `scalars`: each integer argument's (type, divisible by 16).
@@ -113,7 +113,7 @@ def _signature(fn, scalars: dict, element_type: str, aligned_logits: bool) -> tu
         if name in topk_softmax.POINTER_TYPES:
             kind = topk_softmax.POINTER_TYPES[name]
             signature[name] = "*" + (element_type if kind == "input" else kind)
-            divisible = aligned_logits or kind != "input"  # fresh allocations are 16-byte aligned
+            divisible = True  # fresh allocations are 16-byte aligned
         elif name in scalars:
             signature[name], divisible = scalars[name]
         else:
@@ -236,7 +236,7 @@ def _root_cause(error: BaseException) -> str:
 
 @cache
 def _compile(
-    target_name: str, kernel: str, dtype: str, scalars: tuple, constants: tuple, num_warps: int, aligned: bool
+    target_name: str, kernel: str, dtype: str, scalars: tuple, constants: tuple, num_warps: int
 ) -> tuple[Resources, dict[str, str]]:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -247,7 +247,7 @@ def _compile(
     constants = dict(constants)
     target = TARGETS[target_name]
     fn = topk_softmax.KERNELS[kernel]
-    signature, attrs = _signature(fn, dict(scalars), dtype, aligned)
+    signature, attrs = _signature(fn, dict(scalars), dtype)
     shown = ", ".join(f"{k}={v}" for k, v in constants.items())
     row = Resources(target_name, kernel, dtype, constants["K"], shown, num_warps)
     try:
@@ -266,22 +266,17 @@ def _compile(
     return Resources(**{**asdict(row), **found}), _assembly(compiled, target)
 
 
-def _compiled(target: str, launch, dtype: torch.dtype, aligned: bool) -> tuple[Resources, dict[str, str]]:
+def _compiled(target: str, launch, dtype: torch.dtype) -> tuple[Resources, dict[str, str]]:
     # integers enter the compiled kernel only through their type and divisibility by 16: one compile each
     scalars = tuple((name, (_int_type(v), v % 16 == 0)) for name, v in sorted(launch.scalars.items()))
     constants = tuple(launch.constants.items())
-    return _compile(target, launch.kernel, TRITON_TYPES[dtype], scalars, constants, launch.num_warps, aligned)
+    return _compile(target, launch.kernel, TRITON_TYPES[dtype], scalars, constants, launch.num_warps)
 
 
-def compile_launch(target: str, launch, dtype: torch.dtype, *, aligned: bool = True) -> Resources:
-    """Compile one `topk_softmax.Launch` for `target` with logits of `dtype`; `aligned`: the logits pointer
-    is 16-byte aligned (fresh allocations are)."""
-    return _compiled(target, launch, dtype, aligned)[0]
-
-
-def assembly(target: str, launch, dtype: torch.dtype, *, aligned: bool = True) -> dict[str, str]:
-    """The launch's compiled code by file extension (ttgir, ptx and sass, or amdgcn); {} if it failed."""
-    return _compiled(target, launch, dtype, aligned)[1]
+def compile_launch(target: str, launch, dtype: torch.dtype) -> Resources:
+    """Compile one `topk_softmax.Launch` for `target` with logits of `dtype` (pointers 16-byte aligned, as
+    fresh allocations are)."""
+    return _compiled(target, launch, dtype)[0]
 
 
 def write_assembly(folder: Path, row: dict, texts: dict[str, str]) -> None:
@@ -314,7 +309,7 @@ def plan_resources(
             plan = plans.choose(batch, vocab, k, target.hardware, element_size)
             layout = topk_softmax.RowLayout.contiguous(vocab, element_size)
             for launch in topk_softmax.plan_launches(batch, vocab, k, plan, layout):
-                found, texts = _compiled(target_name, launch, dtype, True)
+                found, texts = _compiled(target_name, launch, dtype)
                 shape = {"batch": batch, "vocab": vocab, "plan": plan.kernel, "grid": launch.grid}
                 shape["rows_aligned"] = vocab * element_size % 16 == 0  # every row starts 16-byte aligned
                 rows.append({**shape, **asdict(found)})
