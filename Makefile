@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements/cpu.txt
-	$(BIN)/python -m pip install --quiet -e '.[triton,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[triton,plots,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -42,8 +42,11 @@ lint: setup
 gpu-setup:
 	$(PYTHON) -m pip install -e .
 
+# The GPU check in one command of at most 8 minutes (BUDGET_S): its stages under their own budgets, then
+# everything packed into at most 8 files in GPU_CHECK_OUT ($OUT on a lent machine). See scripts/gpu_check.sh.
+GPU_CHECK_OUT ?= $(or $(OUT),reports/gpu-check)
 gpu-check:
-	bash scripts/gpu_check.sh
+	PYTHON=$(PYTHON) bash scripts/gpu_check.sh $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf $(VENV) reports/quick reports/bench.json reports/bench.html

@@ -1,16 +1,28 @@
 """Command line: `perfsuite list | run | report | profile | compare | call | kernels | tune | variants`.
 
-Exit status: 0 done; 1 an exact variant failed parity (everything is written first), `compare` found
-a regression, or `kernels` found a kernel that does not compile or spills; 2 bad input (a malformed
-scenario or results file, an unknown variant) with one message and no traceback; 3 `call` on a case that
-cannot run here; 130 interrupted (what was measured is written).
+Exit status (the same for every command):
+  0    done
+  1    a finding: an exact variant failed parity (`run`, after writing everything), a regression
+       (`compare`), a kernel that does not compile or spills registers (`kernels`)
+  2    bad input: a malformed scenario or results file, an unknown key, variant or target (one message)
+  3    `call` on a case that cannot run here
+  4    internal error: one line on stderr naming the file that holds the traceback
+       (PERFSUITE_DEBUG=1: the traceback on stderr)
+  130  interrupted by SIGINT or SIGTERM: what was measured so far is written first
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import signal
 import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -19,8 +31,9 @@ import pandas as pd
 from perfsuite import variants
 from perfsuite.scenario import ScenarioError, expand, load
 
-EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_REGRESSION, EXIT_PROBLEM, EXIT_SKIPPED = 1, 1, 3
+EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_REGRESSION = EXIT_PROBLEM = EXIT_PARITY  # the other findings share status 1
+DEBUG_ENV = "PERFSUITE_DEBUG"
 
 
 class UsageError(Exception):
@@ -68,6 +81,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"{len(rows)} {what}: {_status_counts(rows)}")
     for name, path in outcome.files.items():
         print(f"  {name:10s} {path}")
+    _print_caveats()
     if args.counters:
         _print_counters(frame)
     if outcome.interrupted:
@@ -82,6 +96,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"  {row.case_id}: {row.problem}", file=sys.stderr)
         return EXIT_PARITY
     return EXIT_OK
+
+
+def _print_caveats() -> None:
+    """What a reader of the files must know: a simulated GPU's figures, a report without its plots."""
+    from perfsuite import simulated_gpu
+    from perfsuite.report import plots_available
+
+    profile = simulated_gpu.active()
+    if profile:
+        print(
+            f"perfsuite: {profile.name}: a GPU simulated on the CPU ({simulated_gpu.ENV}={profile.key}); "
+            "its times are host times, not GPU measurements",
+            file=sys.stderr,
+        )
+    missing = plots_available()
+    if missing:
+        print(f"perfsuite: report written without plots: {missing}", file=sys.stderr)
 
 
 def _status_counts(rows: pd.DataFrame) -> str:
@@ -113,7 +144,11 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.device:
         scenario = dataclasses.replace(scenario, device=args.device)
     out_dir = Path(args.out) if args.out else Path(f"{_default_out(scenario.name)}-profile")
-    outcome = profile_scenario(scenario, out_dir, calls=args.calls, only=args.only)
+    try:
+        outcome = profile_scenario(scenario, out_dir, calls=args.calls, only=args.only)
+    except KeyboardInterrupt:
+        print(f"interrupted: the traces profiled so far are under {out_dir}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     counts = outcome.cases["status"].value_counts().to_dict()
     print(f"{len(outcome.cases)} cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     activity = outcome.cases["activity"].dropna() if "activity" in outcome.cases else pd.Series(dtype=str)
@@ -163,6 +198,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(text_table(result, limit=args.limit))
     if args.out:
         print(f"  html {build_compare_page(result, args.out)}")
+        _print_caveats()
     if args.csv:
         result.table.to_csv(args.csv, index=False)
         print(f"  csv  {args.csv}")
@@ -190,6 +226,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     out = Path(args.out) if args.out else run_dir / "report.html"
     print(build_report(frame, out, edge_cases=edges, draft=draft, title=args.title))
+    _print_caveats()
     return EXIT_OK
 
 
@@ -215,8 +252,6 @@ KERNEL_COLUMNS = [
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
-    import os
-
     from perfsuite import kernels
     from perfsuite.inputs import dtype_of
     from perfsuite.kernels import resources
@@ -233,10 +268,13 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         os.environ.pop(kernels.INTERPRET_ENV)  # Triton not imported yet: compile, do not interpret
     cases = expand(load(args.scenario))
     shapes = {(dtype_of(c.dtype), c.batch, c.vocab, c.topk) for c in cases}
-    table = resources.plan_resources(shapes, targets, Path(args.asm) if args.asm else None)
+    table, interrupted = _compile_shapes(shapes, targets, Path(args.asm) if args.asm else None)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
+    if interrupted:
+        print(f"interrupted: {len(table)} launches compiled, written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     # a distinct kernel: same configuration and same findings (alignment may change the compiled code)
     shapes_of = table.groupby(KERNEL_COLUMNS, sort=False, dropna=False).size().rename("shapes")
     distinct = table.drop_duplicates(KERNEL_COLUMNS).join(shapes_of, on=KERNEL_COLUMNS)
@@ -247,6 +285,26 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         problem = row.error or f"spills {row.spill_bytes} bytes per thread"
         print(f"perfsuite: {row.target} {row.kernel} {row.dtype} {row.constants}: {problem}", file=sys.stderr)
     return EXIT_PROBLEM if len(bad) else EXIT_OK
+
+
+def _compile_shapes(shapes: set[tuple], targets: list[str], asm: Path | None) -> tuple[pd.DataFrame, bool]:
+    """`resources.plan_resources`, one target and shape at a time: an interruption keeps the rows compiled
+    so far. Returns the rows and whether it was interrupted."""
+    from perfsuite.kernels import resources
+
+    frames = []
+    try:
+        for target in targets:
+            for shape in sorted(shapes, key=str):
+                frames.append(resources.plan_resources([shape], [target], asm))
+    except KeyboardInterrupt:
+        return _concat(frames), True
+    return _concat(frames), False
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=KERNEL_COLUMNS)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -269,8 +327,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     print(f"tuning {len(shapes)} shapes on {info.name} -> {out}")
 
     def write_as_it_goes(case, timed: list[tuner.Timed], outcome: tuner.TuneOutcome) -> None:
-        out.write_text(outcome.table.to_json())
-        outcome.frame.to_csv(csv, index=False)
+        tuned.write_table(out, outcome.table)  # whole files: a kill mid-write leaves the previous ones
+        tuned.replace_text(csv, outcome.frame.to_csv(index=False))
         usable = [t.median_us for t in timed if t.usable]
         best = f"{min(usable):.2f} us" if usable else "no exact candidate"
         shape = f"{case.dtype} B{case.batch} V{case.vocab} k{case.topk}"
@@ -296,7 +354,12 @@ def _cmd_variants(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="perfsuite", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="perfsuite",
+        description=__doc__.splitlines()[0],
+        epilog=__doc__[__doc__.index("Exit status") :],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("list", help="print the cases a scenario expands to")
@@ -425,13 +488,58 @@ def main(argv: list[str] | None = None) -> int:
         print("perfsuite: --resume needs --out (the folder of the run to continue)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return args.func(args)
+        with _sigterm_interrupts():
+            return args.func(args)
     except (ScenarioError, UsageError) as exc:
         print(f"perfsuite: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `perfsuite list ... | head`
         sys.stderr.close()
         return EXIT_OK
+    except KeyboardInterrupt:  # a command that had nothing measured to write, or a second interruption
+        print("perfsuite: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        print(f"perfsuite: internal error: {_one_line(exc)} ({_file_traceback()})", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (`timeout`, a batch scheduler, `kill`) raises KeyboardInterrupt as SIGINT does, so every
+    command writes what it measured and exits 130. The previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+
+
+def _file_traceback() -> str:
+    """Where the current exception's traceback went: stderr with PERFSUITE_DEBUG=1, else a file."""
+    text = traceback.format_exc()
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        sys.stderr.write(text)
+        return "traceback above"
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        handle, name = tempfile.mkstemp(prefix=f"perfsuite-error-{stamp}-", suffix=".txt", text=True)
+        with os.fdopen(handle, "w") as file:
+            file.write(text)
+    except OSError as error:
+        return f"the traceback could not be written: {error}; {DEBUG_ENV}=1 prints it"
+    return f"traceback in {name}; {DEBUG_ENV}=1 prints it"
 
 
 if __name__ == "__main__":

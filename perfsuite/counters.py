@@ -244,7 +244,8 @@ def find_tool(backend: str) -> Tool:
 
 
 def ncu_command(tool: Tool, case: Case, child: list[str], report: Path) -> list[str]:
-    """Profile the kernels of the case's NVTX range (each from a flushed cache when the case is cold)."""
+    """Profile the kernels of the case's NVTX range (each from a flushed cache when the case is cold), at the
+    clocks the GPU runs at (not ncu's default of locking them at base)."""
     from perfsuite.profiling import range_name
 
     return [
@@ -260,6 +261,8 @@ def ncu_command(tool: Tool, case: Case, child: list[str], report: Path) -> list[
         "kernel",
         "--cache-control",
         "all" if case.timing.l2 == "cold" else "none",
+        "--clock-control",  # ncu locks clocks at base by default: bytes do not care, but the kernel
+        "none",  # then runs as it does in the timed sweep
         "--export",
         str(report),
         "--force-overwrite",

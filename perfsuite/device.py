@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from perfsuite import simulated_gpu
+
 # Datasheet HBM bandwidth in GB/s (1e9 bytes/s). Matched against the device name, longest key first.
 NVIDIA_PEAK_GBPS: dict[str, float] = {
     "GB200": 8000.0,
@@ -72,6 +74,7 @@ class DeviceInfo:
     peak_gbps: float | None  # datasheet HBM bandwidth; None where unknown (CPUs)
     cache_bytes: int  # last-level cache a cold-cache flush must evict
     arch: str = ""
+    simulated: bool = False  # a simulated GPU (perfsuite.simulated_gpu): host times, not GPU figures
 
     @property
     def is_gpu(self) -> bool:
@@ -144,7 +147,8 @@ def detect(spec: str = "auto") -> DeviceInfo:
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
     cache_bytes = max(l2, AMD_ARCH_LLC_BYTES.get(arch.split(":")[0], 0), 64 << 20)
     peak = float(override) if override else lookup_peak_gbps(props.name, arch)
-    return DeviceInfo(backend, f"cuda:{index}", props.name, runtime, peak, cache_bytes, arch)
+    simulated = simulated_gpu.active() is not None
+    return DeviceInfo(backend, f"cuda:{index}", props.name, runtime, peak, cache_bytes, arch, simulated)
 
 
 def synchronize(device: torch.device | str) -> None:

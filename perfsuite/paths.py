@@ -9,6 +9,7 @@ from functools import cache
 
 import torch
 
+from perfsuite import simulated_gpu
 from perfsuite.variants.base import Selector, bind
 
 PATHS = ("eager", "graph", "compile")
@@ -24,6 +25,8 @@ def unavailable(path: str, device: torch.device) -> str | None:
     """Why `path` cannot run on `device`, or None when it can."""
     if path == "graph" and device.type != "cuda":
         return "graph capture needs a CUDA or ROCm GPU (CUDA graph / HIP graph); this run is on the CPU"
+    if path == "compile" and simulated_gpu.active() and device.type == "cuda":
+        return "torch.compile is not simulated: Inductor would emit GPU code for the simulated GPU"
     if path == "compile" and device.type == "cpu" and not (shutil.which("g++") or shutil.which("clang++")):
         return "torch.compile on the CPU needs a C++ compiler (g++ or clang++) on PATH"
     return None

@@ -18,6 +18,7 @@ COLUMNS: dict[str, str] = {
     "path": "eager | graph | compile",
     "backend": "cuda | rocm | cpu",
     "device": "device name",
+    "simulated": "True: a GPU simulated on the CPU (PERFSUITE_SIMULATED_GPU), host times, never a GPU figure",
     "dtype": "logits dtype",
     "vocab": "V",
     "batch": "B",

@@ -85,6 +85,7 @@ def environment(info: DeviceInfo, scenario: str) -> dict[str, object]:
         "scenario": scenario,
         "backend": info.backend,
         "device": info.name,
+        "simulated": info.simulated,
         "runtime": info.runtime,
         "driver": driver_version(info),
         "peak_gbps": info.peak_gbps if info.peak_gbps else float("nan"),
@@ -383,9 +384,9 @@ def finish(
     env: dict[str, object],
     interrupted: bool,
 ) -> RunOutcome:
-    """Turn the logs into tables, the edge-case matrix and the HTML report."""
+    """Turn the logs into tables, the edge-case matrix and the HTML report (the report last: every table
+    is on disk before anything imports it)."""
     from perfsuite.draft import DRAFT_COLUMNS
-    from perfsuite.report import build_report
 
     frame = add_speedups(to_frame(log.read()))
     csv_path, json_path = write_tables(frame, out_dir)
@@ -403,6 +404,8 @@ def finish(
         edges = edge_cases.matrix(dtypes, EDGE_TOPK, names, info.device)
         files["edge_cases"] = out_dir / "edge_cases.csv"
         edges.to_csv(files["edge_cases"], index=False)
+    from perfsuite.report import build_report
+
     files["html"] = build_report(
         frame,
         out_dir / "report.html",

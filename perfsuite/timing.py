@@ -1,8 +1,8 @@
 """Timing: one sampler per execution kind, shared by the CLI sweep and the pytest-benchmark front end.
 
 - CPU: `time.perf_counter` around the call.
-- GPU eager: device events around the call. Before each sample the cache is flushed (cold) or the GPU
-  is kept busy with a short spin (hot), so the call's launches queue up behind it and the figure is the
+- GPU eager: device events around the call. Before each sample the cache is flushed (cold), then the GPU
+  spins while the host queues the call, so its launches queue up behind the spin and the figure is the
   device time from its first kernel to its last, as in an engine whose CPU runs ahead.
 - GPU graph: `unroll` copies of the call captured into one graph (each copy after a flush when cold);
   a replay's time, minus a flush-only graph's replay, divided by `unroll` (tritonbench's method).
@@ -19,11 +19,28 @@ from functools import cache
 
 import torch
 
+from perfsuite import simulated_gpu
 from perfsuite.device import DeviceInfo
-from perfsuite.paths import Call, GraphCall, PreparedCall
+from perfsuite.paths import Call, GraphCall, Outputs, PreparedCall
 from perfsuite.scenario import Timing
 
-SPIN_CYCLES = 1_000_000  # about 0.5 ms of GPU spin before a hot sample: the CPU queues the call meanwhile
+SPIN_MIN_CYCLES = 100_000
+"""The shortest GPU spin before a sample (about 50 us): the host queues the timed call meanwhile."""
+SPIN_CLOCK_HZ = 2.1e9
+"""Cycles per second assumed when a spin is sized in seconds: no GPU perfsuite knows clocks higher, so the
+spin lasts at least as long as asked."""
+SPIN_MARGIN = 2.0
+
+
+@dataclass
+class Spin:
+    """How long the GPU spins before a timed call, in `torch.cuda._sleep` cycles: it grows to cover twice
+    the longest host queueing time seen."""
+
+    cycles: int = SPIN_MIN_CYCLES
+
+    def cover(self, host_seconds: float) -> None:
+        self.cycles = max(self.cycles, int(SPIN_MARGIN * host_seconds * SPIN_CLOCK_HZ))
 
 
 @dataclass(frozen=True)
@@ -32,6 +49,11 @@ class Samples:
 
     seconds: tuple[float, ...]
     method: str
+
+    def __post_init__(self) -> None:
+        label = simulated_gpu.timing_label()
+        if label and label not in self.method:  # a simulated GPU's events read the host clock
+            object.__setattr__(self, "method", f"{self.method} {label}")
 
     def quantile_us(self, q: float) -> float:
         ordered = sorted(self.seconds)
@@ -57,8 +79,14 @@ def _flush_buffer(device: str, nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.int8, device=device)
 
 
+SIMULATED_FLUSH_BYTES = 4 << 20
+"""The simulated GPU has no cache to evict: its flush keeps the code path at a host-friendly size."""
+
+
 def flush_bytes(info: DeviceInfo) -> int:
     """Bytes written to evict the last-level cache: twice its size, at least 256 MiB on GPUs."""
+    if info.simulated:
+        return SIMULATED_FLUSH_BYTES
     return max(2 * info.cache_bytes, (256 << 20) if info.is_gpu else 0)
 
 
@@ -85,22 +113,30 @@ class Sampler:
 
 
 class EventSampler(Sampler):
-    """GPU eager: device events around the call, launches queued behind a flush or a spin."""
+    """GPU eager: device events around the call. Before each sample the cache is flushed (cold), then the
+    GPU spins (`torch.cuda._sleep`) while the host queues the start event, the call and the end event, so
+    the events time the device work from the call's first kernel to its last and no launch gap between its
+    kernels (a torch-op variant is a dozen launches; a Triton launch costs tens of microseconds of Python).
+    The spin lasts twice the longest time the host has taken to queue the call, calibrated on creation and
+    grown whenever a sample queued slower."""
 
     method = "device events"
 
     def __init__(self, call: Call, flush: Callable[[], None] | None):
         super().__init__(call, flush)
+        self.spin = Spin()
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.sample()  # calibrates the spin to this call's queueing time
 
     def sample(self) -> float:
         if self.flush:
             self.flush()
-        else:
-            torch.cuda._sleep(SPIN_CYCLES)
+        torch.cuda._sleep(self.spin.cycles)
+        queued_from = time.perf_counter()
         self.start.record()
         self.call()
         self.end.record()
+        self.spin.cover(time.perf_counter() - queued_from)
         self.end.synchronize()
         return self.start.elapsed_time(self.end) * 1e-3
 
@@ -109,19 +145,23 @@ class GraphSampler(Sampler):
     """GPU graph: replay `unroll` captured copies of the call (after a flush each, when cold)."""
 
     def __init__(self, body: Call, flush: Callable[[], None] | None, device: torch.device, unroll: int):
-        def step():
+        def step() -> Outputs:
             if flush:
                 flush()
             return body()
 
+        def flush_only() -> Outputs:
+            flush()
+            return ()
+
         self.graph = GraphCall(step, device, unroll)
-        self.flush_graph = GraphCall(lambda: flush() or (), device, unroll) if flush else None
-        self.unroll = unroll
+        self.flush_graph = GraphCall(flush_only, device, unroll) if flush else None
+        self.unroll, self.spin = unroll, Spin()
         self.method = f"graph replay x{unroll}"
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def _replay_seconds(self, graph: GraphCall) -> float:
-        torch.cuda._sleep(SPIN_CYCLES)
+        torch.cuda._sleep(self.spin.cycles)
         self.start.record()
         graph.graph.replay()
         self.end.record()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Download the pure-Python wheels a GPU box without network needs beside its preinstalled torch, triton,
-# pytest, pytest-benchmark and pandas, into .whl/ (ignored by git). Run where pip can reach PyPI.
+# Download the pure-Python wheels a GPU box without network may lack beside its preinstalled torch, triton,
+# pytest, pytest-benchmark and pandas, into .whl/ (ignored by git). Run where pip can reach PyPI. Optional:
+# scripts/gpu_check.sh installs them from .whl/ when present and runs without them (no plots without plotly).
 # Usage: scripts/fetch_wheels.sh [PYTHON_VERSION]   (default 3.12)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,120 +1,439 @@
 #!/usr/bin/env bash
-# The GPU check, for a CUDA or ROCm machine with torch and triton already installed and no network.
-# Stages, in order (STAGES picks and orders them; default: all):
-#   machine  versions, device, datasheet peak and measured copy bandwidth
-#   tests    the test suite on the GPU
-#   kernels  the Triton kernels compiled for this GPU's and the other targets: registers, spills, loads
-#   tune     `perfsuite tune scenarios/tune.toml`: the tuned-plan table (tuned.json, tune.csv); the sweep
-#            below then runs triton_auto with it (PERFSUITE_PLANS)
-#   sweep    the compact sweep (scenarios/gpu_compact.toml) into CSV + HTML
-#   summary  every variant per case, the Triton targets (summary.md)
-#   draft    the draft loop, eager and graph-captured (scenarios/draft_quick.toml)
-#   tp       tensor parallel, where more than one GPU is visible
-# Usage: [STAGES="machine tests kernels tune"] scripts/gpu_check.sh [OUT_DIR]
-#        (default OUT_DIR: $OUT if set, else reports/gpu-check). Every stage writes "-- stage: exit N, S s"
-#        to OUT_DIR/stages.txt. Not yet timed on a GPU; estimated 15-20 minutes for all stages on an H200,
-#        so under a 10-minute command limit run "machine tests kernels tune" and then "sweep summary draft tp"
-#        into the same OUT_DIR (the second call picks up tuned.json).
-# Pure-Python dependencies the machine lacks (plotly, jinja2, tqdm, ...) are taken from .whl/ when present:
-# fetch them beforehand on a machine with network access with scripts/fetch_wheels.sh.
+# The GPU check in one command: scripts/gpu_check.sh [OUT_DIR]   (default: $OUT, else reports/gpu-check)
+#
+# For a CUDA or ROCm machine with torch and triton installed, no network and no plotly needed. It runs its
+# stages in a scratch folder, each under its own time budget, all under BUDGET_S (480 s: one command of at
+# most 8 minutes), then packs everything into at most 8 files directly in OUT_DIR, each under MAX_BYTES
+# (15 MiB), names of letters, digits, '.', '_', '-':
+#   summary.md   the stages (status, exit, seconds, budget), the machine, the sweep's summary table with the
+#                tuned plans, the draft loop, the tests, what was left out of the pack
+#   results.csv  report.html   the sweep's rows and its report
+#   tuned.json   tune.csv      the tuned-plan table (triton_auto's plans in the sweep) and every candidate
+#   kernels.csv  draft.csv     the compile report for this GPU's architecture; the draft loop's rows
+#   logs.tar.gz  the scratch folder: every stage's log, the asm, results.jsonl/json, edge_cases.csv, the
+#                draft report, junit.xml (asm, then html and jsonl, are left out if it would be too big)
+# A stage that overruns its budget gets SIGINT (`timeout -s INT`), which every perfsuite command turns into
+# "write what was measured, exit 130", and SIGKILL GRACE_S later; the pack runs whatever happens (a trap),
+# also when this script gets SIGINT or SIGTERM (the running stage is stopped first; exit status 130).
+#
+# Stages, in this order (STAGES picks and orders them). Budget in seconds (env <STAGE>_S, e.g. SWEEP_S=200)
+# and an ESTIMATE of its time on an H200 with a cold Triton cache (not yet timed on one):
+#   machine   20 s   est. 10 s   versions, device, datasheet peak and measured copy bandwidth
+#   warm      60 s   est. 45 s   Triton's compile cache filled in parallel, half the budget each: the tune
+#                                scenario's candidate plans (~105 kernels), then the sweep's (~23):
+#                                python -m perfsuite.kernels.warm SCENARIO [--tune] --jobs N --budget S
+#   kernels   30 s   est. 15 s   `perfsuite kernels` for this GPU's architecture only: registers, spills,
+#                                occupancy, load width (KERNEL_TARGETS="sm_90 gfx942" to choose)
+#   tune      60 s   est. 45 s   `perfsuite tune scenarios/tune.toml`: 12 shapes x ~30 plans -> tuned.json
+#   sweep    140 s   est. 130 s  `perfsuite run scenarios/gpu_check.toml`: 576 cases, triton_auto tuned
+#   summary   20 s   est. 8 s    `python -m perfsuite.report.summary`: medians, speedups, targets, plans
+#   draft     45 s   est. 35 s   `perfsuite run scenarios/draft_gpu.toml`: 32 draft cycles, eager and graph
+#   tests     60 s   est. 50 s   the GPU tests (TESTS): graphs, device timing, Triton kernels, tuning
+#   tp        60 s   only with more than one GPU: NCCL tests and scenarios/tp_models.toml
+# Budgets 435 s + GRACE_S 20 + PACK_S 15 = 470 s <= BUDGET_S; estimates about 338 s. A stage starts with at
+# most what is left of BUDGET_S (less GRACE_S and PACK_S) and is not run when under 3 s are left.
+# Overrides: SCENARIO, TUNE_SCENARIO, DRAFT_SCENARIO, TP_SCENARIO, TESTS (pytest arguments), PYTHON,
+# KERNEL_TARGETS, MAX_BYTES; KEEP_WORK=1 keeps the scratch folder.
+# A second call into the same OUT_DIR continues from its logs.tar.gz (STAGES="machine warm kernels tune",
+# then STAGES="sweep summary draft tests": the sweep uses the first call's tuned.json).
+# Exit status: 0 every stage finished (or had nothing to do here), 1 a stage failed, found a problem
+# (parity, spills, failing tests), was stopped at its budget or not run for lack of time, 2 bad input
+# (unknown stage, bad number, OUT_DIR holding other files), 130 interrupted.
+# Optional: plotly, jinja2 and tqdm from .whl/ (scripts/fetch_wheels.sh, where pip has network).
+# shellcheck disable=SC2329  # the stages and helpers are called by name ("stage_$stage") and from traps
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
+
+ALL_STAGES="machine warm kernels tune sweep summary draft tests tp"
 OUT_DIR=${1:-${OUT:-reports/gpu-check}}
-STAGES=${STAGES:-machine tests kernels tune sweep summary draft tp}
-SCENARIO=${SCENARIO:-scenarios/gpu_compact.toml}  # override to dry-run the script elsewhere
+STAGES=${STAGES:-$ALL_STAGES}
+SCENARIO=${SCENARIO:-scenarios/gpu_check.toml}
 TUNE_SCENARIO=${TUNE_SCENARIO:-scenarios/tune.toml}
-mkdir -p "$OUT_DIR"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+DRAFT_SCENARIO=${DRAFT_SCENARIO:-scenarios/draft_gpu.toml}
+TP_SCENARIO=${TP_SCENARIO:-scenarios/tp_models.toml}
+TESTS=${TESTS:-tests/test_gpu.py tests/test_draft_gpu.py tests/test_tuning.py tests/test_triton_variants.py}
+BUDGET_S=${BUDGET_S:-480}
+GRACE_S=${GRACE_S:-20}  # from a stage's SIGINT to its SIGKILL: time to write what it measured
+PACK_S=${PACK_S:-15}    # kept for the pack
+MACHINE_S=${MACHINE_S:-20} WARM_S=${WARM_S:-60} KERNELS_S=${KERNELS_S:-30} TUNE_S=${TUNE_S:-60}
+SWEEP_S=${SWEEP_S:-140} SUMMARY_S=${SUMMARY_S:-20} DRAFT_S=${DRAFT_S:-45} TESTS_S=${TESTS_S:-60}
+TP_S=${TP_S:-60}
+MAX_BYTES=${MAX_BYTES:-$((15 * 1024 * 1024))}
+MIN_STAGE_S=3
 PY=${PYTHON:-python3}
-status=0
+# what the pack may leave in OUT_DIR (at most 8 of them at once); *.gz: a file too big, compressed
+PACKED="summary.md results.csv report.html tuned.json tune.csv kernels.csv draft.csv logs.tar.gz"
 
-if ! "$PY" -c "import plotly, jinja2, tqdm" 2>/dev/null; then
-  if compgen -G ".whl/*.whl" >/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/perfsuite-site .whl/*.whl \
-      && export PYTHONPATH="/tmp/perfsuite-site:$PYTHONPATH"
-  else
-    echo "missing plotly/jinja2/tqdm and no .whl/ folder: run scripts/fetch_wheels.sh where pip has network" >&2
-  fi
+fail() { echo "gpu_check: $*" >&2; exit 2; }
+for stage in $STAGES; do
+  case " $ALL_STAGES " in *" $stage "*) ;; *) fail "unknown stage $stage (known: $ALL_STAGES)" ;; esac
+done
+for name in BUDGET_S GRACE_S PACK_S MACHINE_S WARM_S KERNELS_S TUNE_S SWEEP_S SUMMARY_S DRAFT_S TESTS_S \
+  TP_S MAX_BYTES; do
+  [[ ${!name} =~ ^[0-9]+$ ]] || fail "$name must be a whole number of seconds (bytes), got '${!name}'"
+done
+packed_name() {  # is $1 a name the pack writes (itself, or gzipped)?
+  case " $PACKED " in *" $1 "* | *" ${1%.gz} "*) return 0 ;; esac
+  return 1
+}
+if [ -d "$OUT_DIR" ]; then
+  for path in "$OUT_DIR"/* "$OUT_DIR"/.[!.]*; do
+    [ -e "$path" ] || continue
+    packed_name "$(basename "$path")" && [ -f "$path" ] && continue
+    fail "$OUT_DIR holds $(basename "$path"), which this check did not write: give it an empty folder"
+  done
 fi
-# a tuned table from an earlier "tune" stage (this call or a previous one) drives triton_auto
-[ -f "$OUT_DIR/tuned.json" ] && export PERFSUITE_PLANS="$OUT_DIR/tuned.json"
+mkdir -p "$OUT_DIR" || fail "cannot create $OUT_DIR"
 
+T0=$(date +%s)
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX") || fail "cannot create a scratch folder"
+WORK=$SCRATCH/work       # what logs.tar.gz holds
+PACK=$SCRATCH/pack       # the files on their way to OUT_DIR
+RUNNING=$SCRATCH/running # the stage's timeout processes, for a signal to this script
+NOTE=$SCRATCH/note       # a stage's status in place of "ok" (skipped, and why)
+STOPPED=$SCRATCH/stopped # there once this script is interrupted
+mkdir -p "$WORK/logs" "$PACK"
+touch "$WORK/stages.tsv"
+if [ -f "$OUT_DIR/logs.tar.gz" ]; then
+  tar -xzf "$OUT_DIR/logs.tar.gz" -C "$WORK" && echo "continuing from $OUT_DIR/logs.tar.gz"
+fi
+
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PERFSUITE_DEBUG=1  # an internal error's traceback goes into the stage's log, which is packed
+if ! "$PY" -c "import plotly, jinja2, tqdm" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SCRATCH/site" .whl/*.whl \
+    && export PYTHONPATH="$SCRATCH/site:$PYTHONPATH"
+fi
+
+# ---- helpers a stage uses ----
+left() {  # seconds left to the running stage (at least 1)
+  local now
+  now=$(date +%s)
+  echo $((STAGE_END > now ? STAGE_END - now : 1))
+}
+within() {  # within SECONDS CMD...: CMD, sent SIGINT after min(SECONDS, what the stage has left)
+  local limit
+  [ -e "$STOPPED" ] && return 130  # this script was interrupted: nothing more starts
+  limit=$(left)
+  [ "$1" -lt "$limit" ] && limit=$1
+  [ "$limit" -lt 1 ] && limit=1  # timeout 0 would mean no limit
+  shift
+  timeout -s INT -k "$GRACE_S" "$limit" "$@" &
+  echo "$!" >"$RUNNING"  # one command at a time
+  wait "$!"
+  local rc=$?
+  : >"$RUNNING"
+  return "$rc"
+}
+limited() { within "$(left)" "$@"; }  # CMD under what the stage has left
+note() { echo "$*" | tee "$NOTE"; }  # the stage's status when it exits 0, in place of "ok"
+skip() { note "skipped: $*"; }       # the stage has nothing to do here, and why
+
+# ---- the stages: each runs in the background, its output in WORK/logs/<stage>.log ----
 stage_machine() {
-  { nvidia-smi -L 2>/dev/null || rocm-smi --showproductname 2>/dev/null || true; } | tee "$OUT_DIR/machine.txt"
-  "$PY" - <<'PY' | tee -a "$OUT_DIR/machine.txt"
-import torch, triton
+  # every command that could block runs under a limit: a stage never outlives its budget
+  within 15 nvidia-smi 2>&1 || within 15 rocm-smi --showproductname --showdriverversion 2>&1 \
+    || echo "no nvidia-smi or rocm-smi answered"
+  echo "host $(uname -n), $(nproc) CPUs, $(uname -sr)"
+  limited "$PY" -c '
+import torch
 from perfsuite import device, memory
+try:
+    import triton
+    triton_version = triton.__version__
+except ImportError:
+    triton_version = "not installed"
 info = device.detect()
-print(f"torch {torch.__version__}, triton {triton.__version__}, {info.runtime}, device {info.name} "
-      f"({info.arch}), backend {info.backend}")
+print(f"torch {torch.__version__}, triton {triton_version}, {info.runtime}, device {info.name} "
+      f"({info.arch or info.backend}), backend {info.backend}")
 print(f"datasheet peak {info.peak_gbps} GB/s, measured copy {memory.copy_gbps(info.device):.0f} GB/s")
-PY
+print(f"visible GPUs: {torch.cuda.device_count()}")
+arch = info.arch.split(":")[0] or "none"
+print(f"architecture: {arch}")
+'
 }
 
-stage_tests() {
-  timeout 420 "$PY" -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT_DIR/pytest.log" | tail -n 25
-  return "${PIPESTATUS[0]}"
+fact() {  # fact NAME PYTHON: the machine stage's "NAME: value" line, else PYTHON's answer (a cold start)
+  local found
+  found=$(sed -n "s/^$1: //p" "$WORK/logs/machine.log" 2>/dev/null | tail -n 1)
+  [ -n "$found" ] || found=$(within 60 "$PY" -c "$2" 2>/dev/null)
+  echo "$found"
+}
+
+stage_warm() {
+  if [ ! -f perfsuite/kernels/warm.py ]; then
+    skip "perfsuite/kernels/warm.py is not in this checkout"
+    return 0
+  fi
+  # the tune scenario with every candidate plan `perfsuite tune` times, then the sweep's launches
+  local scenarios=("$TUNE_SCENARIO" "$SCENARIO") flags=(--tune "") i rc share partly=0
+  for i in "${!scenarios[@]}"; do  # an even share of what is left to each run still to go
+    share=$(($(left) / (${#scenarios[@]} - i)))
+    if [ "$share" -lt 2 ]; then
+      partly=1
+      break
+    fi
+    within "$share" "$PY" -m perfsuite.kernels.warm "${scenarios[$i]}" ${flags[$i]:+"${flags[$i]}"} \
+      --jobs "$(nproc)" --budget "$((share > 6 ? share - 3 : share))"
+    rc=$?
+    case $rc in
+      0) ;;
+      124) partly=1 ;;  # its budget ran out: what is not compiled yet compiles when first used
+      *) return "$rc" ;;
+    esac
+  done
+  [ "$partly" = 1 ] && note "ok, partly: the budget ran out (the rest compiles when first used)"
+  return 0
 }
 
 stage_kernels() {
-  # this GPU's own architecture joins the default targets when the report knows it
-  local arch known targets=(--target sm_90 --target gfx942)
-  arch=$("$PY" -c "from perfsuite import device; print(device.detect().arch.split(':')[0])" 2>/dev/null)
-  known=$("$PY" -c "from perfsuite.kernels.resources import TARGETS; print(' '.join(TARGETS))" 2>/dev/null)
-  case " $known " in *" $arch "*) targets+=(--target "$arch") ;; esac
-  timeout 300 "$PY" -m perfsuite kernels "$SCENARIO" "${targets[@]}" \
-    --csv "$OUT_DIR/kernels.csv" --asm "$OUT_DIR/asm" 2>&1 | tee "$OUT_DIR/kernels.txt" | head -n 40
-  return "${PIPESTATUS[0]}"
+  local targets=${KERNEL_TARGETS:-} args=() target known
+  if [ -z "$targets" ]; then  # this GPU's architecture, if the compile report knows it
+    targets=$(fact architecture "from perfsuite import device; print(device.detect().arch.split(':')[0])")
+    known=$(within 60 "$PY" -c "from perfsuite.kernels.resources import TARGETS; print(' '.join(TARGETS))")
+    case " $known " in *" $targets "*) ;; *) targets="" ;; esac
+  fi
+  if [ -z "$targets" ]; then
+    targets=sm_90
+    echo "no GPU architecture the compile report knows here: compiling for sm_90 (H100, H200)"
+  fi
+  for target in $targets; do args+=(--target "$target"); done
+  mkdir -p "$WORK/kernels"
+  # Triton's own compiler for the target, no GPU needed: never the simulated GPU's interpreter
+  PERFSUITE_SIMULATED_GPU="" limited "$PY" -m perfsuite kernels "$SCENARIO" "${args[@]}" \
+    --csv "$WORK/kernels/kernels.csv" --asm "$WORK/kernels/asm"
 }
 
 stage_tune() {
-  timeout 540 "$PY" -m perfsuite tune "$TUNE_SCENARIO" --out "$OUT_DIR/tuned.json" --csv "$OUT_DIR/tune.csv" \
-    2>&1 | tee "$OUT_DIR/tune.txt" | tail -n 90
-  local rc=${PIPESTATUS[0]}
-  [ -f "$OUT_DIR/tuned.json" ] && export PERFSUITE_PLANS="$OUT_DIR/tuned.json"
-  return "$rc"
+  mkdir -p "$WORK/tune"
+  limited "$PY" -m perfsuite tune "$TUNE_SCENARIO" --out "$WORK/tune/tuned.json" --csv "$WORK/tune/tune.csv"
 }
 
 stage_sweep() {
-  timeout 900 "$PY" -m perfsuite run "$SCENARIO" --out "$OUT_DIR" --no-progress 2>&1 | tail -n 15
-  local rc=${PIPESTATUS[0]}
-  [ "$rc" -eq 1 ] && return 0  # 1: a parity failure, written into the results and the report
-  return "$rc"
+  limited "$PY" -m perfsuite run "$SCENARIO" --out "$WORK/sweep" --no-progress
 }
 
 stage_summary() {
-  "$PY" -m perfsuite.report.summary "$OUT_DIR/results.csv" --out "$OUT_DIR/summary.md" | head -n 80
+  local tuned=()
+  if [ ! -f "$WORK/sweep/results.csv" ]; then
+    skip "no results.csv: the sweep has not run"
+    return 0
+  fi
+  [ -f "$WORK/tune/tuned.json" ] && tuned=(--tuned "$WORK/tune/tuned.json")
+  mkdir -p "$WORK/summary"
+  limited "$PY" -m perfsuite.report.summary "$WORK/sweep/results.csv" "${tuned[@]}" \
+    --out "$WORK/summary/summary.md"
 }
 
 stage_draft() {
-  timeout 300 "$PY" -m perfsuite run scenarios/draft_quick.toml --out "$OUT_DIR/draft" --no-progress \
-    2>&1 | tail -n 8
+  limited "$PY" -m perfsuite run "$DRAFT_SCENARIO" --out "$WORK/draft" --no-progress
+}
+
+stage_tests() {
+  mkdir -p "$WORK/tests"
+  unset PERFSUITE_PLANS  # the tests expect the heuristic plans unless they install a table themselves
+  # shellcheck disable=SC2086  # TESTS is a list of pytest arguments
+  limited "$PY" -m pytest -q -p no:cacheprovider --junitxml "$WORK/tests/junit.xml" $TESTS
 }
 
 stage_tp() {
-  local gpus
-  gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
-  if [ "${gpus:-0}" -gt 1 ]; then
-    timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/test_distributed.py -k nccl 2>&1 | tail -n 3
-    # tp sizes above the visible GPU count become skipped rows with the reason
-    timeout 600 "$PY" -m perfsuite run scenarios/tp_models.toml --out "$OUT_DIR/tp" --no-progress 2>&1 | tail -n 8
+  local gpus rc=0
+  gpus=$(fact "visible GPUs" "import torch; print(torch.cuda.device_count())")
+  [[ $gpus =~ ^[0-9]+$ ]] || gpus=0
+  if [ "$gpus" -le 1 ]; then
+    skip "$gpus GPU visible; tensor parallel needs at least 2 (one per rank)"
+    return 0
+  fi
+  within "$(($(left) / 3))" "$PY" -m pytest -q -p no:cacheprovider tests/test_distributed.py -k nccl || rc=$?
+  # tp sizes above the visible GPU count become skipped rows with the reason
+  limited "$PY" -m perfsuite run "$TP_SCENARIO" --out "$WORK/tp" --no-progress || rc=$?
+  return "$rc"
+}
+
+# ---- running the stages ----
+STAGE_PID="" INTERRUPTED=0 STATUS=0 PACKED_ONCE=0
+on_signal() {  # SIGINT / SIGTERM to this script: stop the running stage (it writes what it has), then pack
+  INTERRUPTED=1
+  touch "$STOPPED"
+  stop_running
+}
+stop_running() {  # SIGINT to the stage's command under `timeout` (which passes it on), if one is running
+  local pid
+  pid=$(cat "$RUNNING" 2>/dev/null)
+  [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null
+}
+wait_stopped() {  # until the stage's command has stopped (it is not this shell's child: poll)
+  local pid tries=$((2 * GRACE_S + 10))
+  pid=$(cat "$RUNNING" 2>/dev/null)
+  while [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$tries" -gt 0 ]; do
+    sleep 0.5
+    tries=$((tries - 1))
+  done
+}
+trap on_signal INT TERM
+trap 'pack; exit "$STATUS"' EXIT
+trap '' PIPE  # a closed stdout (`gpu_check.sh | head`) must not kill this script before its pack
+
+budget_of() { local name="${1^^}_S"; echo "${!name}"; }
+
+describe() {  # describe EXIT: a stage's status in words
+  case $1 in
+    0) if [ -s "$NOTE" ]; then head -n 1 "$NOTE"; else echo "ok"; fi ;;
+    124) echo "stopped at its budget (SIGINT)" ;;
+    137) echo "killed ${GRACE_S} s after SIGINT" ;;
+    130) echo "interrupted" ;;
+    1) echo "failed or found a problem (exit 1)" ;;
+    *) echo "failed (exit $1)" ;;
+  esac
+}
+
+run_stage() {  # run_stage NAME: in the background, so that a signal to this script reaches it at once
+  local stage=$1 budget limit started rc
+  budget=$(budget_of "$stage")
+  limit=$((T0 + BUDGET_S - GRACE_S - PACK_S - $(date +%s)))
+  [ "$budget" -lt "$limit" ] && limit=$budget
+  if [ "$limit" -lt "$MIN_STAGE_S" ]; then
+    printf '%s\t%s\t%s\t%s\t%s\n' "$stage" "not run: the total budget is spent" - 0 "$budget" \
+      >>"$WORK/stages.tsv"
+    echo "-- $stage: not run, the total budget ($BUDGET_S s) is spent"
+    STATUS=1
+    return
+  fi
+  : >"$RUNNING"
+  rm -f "$NOTE"
+  [ -f "$WORK/tune/tuned.json" ] && export PERFSUITE_PLANS="$WORK/tune/tuned.json"
+  echo "== $stage (budget $limit s)"
+  started=$(date +%s)
+  STAGE_END=$((started + limit))
+  # the stage ignores SIGTERM sent to the whole process group: this shell passes it on as SIGINT
+  (
+    trap '' TERM
+    "stage_$stage"
+  ) >"$WORK/logs/$stage.log" 2>&1 </dev/null &
+  STAGE_PID=$!
+  wait "$STAGE_PID"
+  rc=$?
+  while kill -0 "$STAGE_PID" 2>/dev/null; do  # a trapped signal ended `wait`: the stage is still writing
+    wait "$STAGE_PID"
+    rc=$?
+  done
+  STAGE_PID=""
+  wait_stopped
+  : >"$RUNNING"
+  tail -n 6 "$WORK/logs/$stage.log" | sed 's/^/   /'
+  printf '%s\t%s\t%s\t%s\t%s\n' "$stage" "$(describe "$rc")" "$rc" "$(($(date +%s) - started))" "$limit" \
+    >>"$WORK/stages.tsv"
+  echo "-- $stage: exit $rc, $(($(date +%s) - started)) s ($(describe "$rc"))"
+  [ "$rc" -ne 0 ] && STATUS=1
+}
+
+# ---- the pack: at most 8 files in OUT_DIR, each under MAX_BYTES ----
+size_of() { wc -c <"$1" | tr -d ' '; }
+
+stage_table() {
+  echo "| stage | status | exit | seconds | budget s |"
+  echo "|---|---|---|---|---|"
+  awk -F'\t' '{ printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }' "$WORK/stages.tsv"
+}
+
+take() {  # take SOURCE NAME: SOURCE into the pack as NAME (gzipped, or left out, when too big)
+  local source=$1 name=$2
+  [ -f "$source" ] || return 0
+  if [ "$(size_of "$source")" -le "$MAX_BYTES" ]; then
+    cp "$source" "$PACK/$name"
+  elif gzip -c "$source" >"$PACK/$name.gz" && [ "$(size_of "$PACK/$name.gz")" -le "$MAX_BYTES" ]; then
+    echo "- $name is over $MAX_BYTES bytes: packed as $name.gz" >>"$SCRATCH/notes"
   else
-    echo "skipped: ${gpus:-0} GPU visible; tensor parallel needs at least 2 (one per rank)" \
-      | tee "$OUT_DIR/tp-skipped.txt"
+    rm -f "$PACK/$name.gz"
+    echo "- $name ($(size_of "$source") bytes) is too big even gzipped: left out" >>"$SCRATCH/notes"
   fi
 }
 
-for stage in $STAGES; do
-  if ! declare -F "stage_$stage" >/dev/null; then
-    echo "unknown stage $stage (known: machine tests kernels tune sweep summary draft tp)" >&2
-    exit 2
+tar_logs() {  # logs.tar.gz of WORK: all of it, else without the asm, else without html and jsonl too
+  local excludes=() round
+  for round in everything "without kernels/asm" "without kernels/asm, html and jsonl"; do
+    case $round in
+      *asm) excludes+=(--exclude=./kernels/asm) ;;
+      *jsonl) excludes+=(--exclude='*.html' --exclude='*.jsonl') ;;
+    esac
+    tar -czf "$PACK/logs.tar.gz" "${excludes[@]}" -C "$WORK" . 2>"$SCRATCH/tar.err"
+    [ $? -gt 1 ] && echo "- logs.tar.gz: tar failed: $(head -c 300 "$SCRATCH/tar.err")" >>"$SCRATCH/notes"
+    if [ "$(size_of "$PACK/logs.tar.gz")" -le "$MAX_BYTES" ]; then
+      [ "$round" != everything ] \
+        && echo "- logs.tar.gz over $MAX_BYTES bytes with everything: packed $round" >>"$SCRATCH/notes"
+      return
+    fi
+  done
+  rm -f "$PACK/logs.tar.gz"
+  echo "- logs.tar.gz over $MAX_BYTES bytes even without asm, html and jsonl: left out" >>"$SCRATCH/notes"
+}
+
+section() {  # section TITLE FILE [LINES]: a fenced excerpt of FILE
+  [ -s "$2" ] || return 0
+  printf '\n## %s\n\n```text\n' "$1"
+  tail -n "${3:-40}" "$2" | sed "s|$WORK/||g"  # paths as logs.tar.gz holds them
+  printf '```\n'
+}
+
+compose_summary() {
+  local total=$(($(date +%s) - T0))
+  echo "# perfsuite GPU check"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $total s of a $BUDGET_S s budget, exit status $STATUS."
+  grep -h "^torch \|^datasheet " "$WORK/logs/machine.log" 2>/dev/null | sed 's/^/    /'
+  printf '\n## Stages\n\n'
+  stage_table
+  if [ -s "$SCRATCH/notes" ]; then
+    printf '\n## Packed differently or left out (each file at most %s bytes)\n\n' "$MAX_BYTES"
+    cat "$SCRATCH/notes"
   fi
-  echo "== $stage"
-  started=$SECONDS
-  "stage_$stage"
-  rc=$?
-  echo "-- $stage: exit $rc, $((SECONDS - started)) s" | tee -a "$OUT_DIR/stages.txt"
-  [ "$rc" -ne 0 ] && status=1
+  if [ -s "$WORK/summary/summary.md" ]; then
+    printf '\n'
+    cat "$WORK/summary/summary.md"
+  fi
+  [ -s "$WORK/summary/summary.md" ] || section "Sweep" "$WORK/logs/sweep.log" 12
+  section "Draft loop" "$WORK/logs/draft.log" 12
+  section "Tests" "$WORK/logs/tests.log" 25
+  section "Kernels (this GPU's architecture)" "$WORK/logs/kernels.log" 40
+  section "Machine" "$WORK/logs/machine.log" 60
+  printf '\n## Files\n\n'
+  echo "OUT_DIR holds at most 8 files; logs.tar.gz holds the scratch folder (logs/<stage>.log, sweep/,"
+  echo "tune/, kernels/asm/, draft/, tests/junit.xml, summary/)."
+}
+
+pack() {
+  [ "$PACKED_ONCE" = 1 ] && return
+  PACKED_ONCE=1
+  trap '' INT TERM  # the pack finishes whatever comes
+  touch "$STOPPED"  # a stage still running (this script interrupted) is stopped first
+  stop_running
+  [ -n "$STAGE_PID" ] && wait "$STAGE_PID" 2>/dev/null
+  wait_stopped
+  [ "$INTERRUPTED" = 1 ] && STATUS=130
+  take "$WORK/sweep/results.csv" results.csv
+  take "$WORK/sweep/report.html" report.html
+  take "$WORK/tune/tuned.json" tuned.json
+  take "$WORK/tune/tune.csv" tune.csv
+  take "$WORK/kernels/kernels.csv" kernels.csv
+  take "$WORK/draft/draft.csv" draft.csv
+  compose_summary >"$WORK/summary.md"
+  tar_logs
+  compose_summary >"$PACK/summary.md"  # again: with what the logs' pack left out
+  [ "$(size_of "$PACK/summary.md")" -le "$MAX_BYTES" ] || truncate -s "$MAX_BYTES" "$PACK/summary.md"
+  for path in "$OUT_DIR"/*; do  # the previous pack's files (a continued check), all replaced
+    [ -f "$path" ] && packed_name "$(basename "$path")" && rm -f "$path"
+  done
+  mv "$PACK"/* "$OUT_DIR"/
+  printf '\n'
+  stage_table
+  echo "total $(($(date +%s) - T0)) s of $BUDGET_S s; exit status $STATUS; in $OUT_DIR:"
+  find "$OUT_DIR" -maxdepth 1 -type f -printf '%10s  %f\n' | sort -k 2
+  [ -s "$SCRATCH/notes" ] && cat "$SCRATCH/notes"
+  if [ "${KEEP_WORK:-0}" = 1 ]; then echo "scratch folder kept: $WORK"; else rm -rf "$SCRATCH"; fi
+}
+
+for stage in $STAGES; do
+  [ "$INTERRUPTED" = 1 ] && break
+  run_stage "$stage"
 done
-echo "files in $OUT_DIR"
-exit $status
+exit "$STATUS"

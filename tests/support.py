@@ -5,10 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-HAS_GPU = torch.cuda.is_available()
+from perfsuite import simulated_gpu
+
+HAS_GPU = torch.cuda.is_available()  # a real GPU, or the simulated one for the whole run (the env switch)
+REAL_GPU = HAS_GPU and simulated_gpu.active() is None
 DEVICE = torch.device("cuda:0" if HAS_GPU else "cpu")
 needs_gpu = pytest.mark.skipif(
     not HAS_GPU, reason="needs a CUDA or ROCm GPU (torch.cuda.is_available() is False)"
+)
+needs_real_gpu = pytest.mark.skipif(
+    not REAL_GPU,
+    reason="needs a real CUDA or ROCm GPU: the simulated GPU's figures are the host's, not a GPU's",
 )
 
 

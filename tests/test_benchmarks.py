@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import HAS_GPU
 
+from perfsuite import simulated_gpu
 from perfsuite.report import build_report, load_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +30,11 @@ reps = 4
 """
 
 
-def test_benchmarks_record_the_samplers_times_and_every_result_column(tmp_path):
+@pytest.mark.parametrize("simulated", [False, True], ids=["here", "simulated-h200"])
+def test_benchmarks_record_the_samplers_times_and_every_result_column(tmp_path, simulated):
+    if simulated and HAS_GPU:
+        pytest.skip("a GPU is present: the simulated run is for machines without one")
+    env = {**os.environ, simulated_gpu.ENV: "h200"} if simulated else None
     scenario = tmp_path / "bench.toml"
     scenario.write_text(SCENARIO)
     out = tmp_path / "bench.json"
@@ -49,12 +56,14 @@ def test_benchmarks_record_the_samplers_times_and_every_result_column(tmp_path):
         text=True,
         timeout=300,
         cwd=ROOT,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
     benches = data["benchmarks"]
-    if HAS_GPU:
+    if HAS_GPU or simulated:
         assert len(benches) == 8
+        assert all(b["extra_info"]["simulated"] == simulated for b in benches)
     else:  # the graph cases are skipped, with the reason
         assert (
             len(benches) == 4 and "SKIPPED [4]" in proc.stdout and "needs a CUDA or ROCm GPU" in proc.stdout

@@ -182,6 +182,7 @@ def test_ncu_collector_runs_the_case_under_ncu_in_its_nvtx_range(no_tools_on_pat
     assert "--nvtx-include perfsuite.full_softmax.eager/" in profile
     assert "--metrics dram__bytes_read.sum,dram__bytes_write.sum" in profile
     assert "--replay-mode kernel --cache-control all" in profile
+    assert "--clock-control none" in profile  # ncu would lock the clocks at base
     assert f"-m perfsuite call scenarios/x.toml {CASE.case_id} --device cuda:0" in profile
     assert any("--import" in c and "--page raw" in c for c in calls)
     folder = tmp_path / "counters" / "full_softmax-eager-bfloat16-V151936-B64-k1-gaussian"
@@ -243,7 +244,8 @@ def _model(case: Case) -> int:
 def test_run_with_counters_on_a_cpu_records_why(tmp_path, capsys):
     scenario = tmp_path / "s.toml"
     scenario.write_text(
-        'name = "c"\n[sweep]\nvariants = ["full_softmax", "identity"]\ndtypes = ["float32"]\nvocab = [500]\n'
+        'name = "c"\ndevice = "cpu"\n[sweep]\nvariants = ["full_softmax", "identity"]\n'
+        'dtypes = ["float32"]\nvocab = [500]\n'
         'batch = [2]\ntopk = [1]\nlogits = ["gaussian"]\n[timing]\nwarmup = 0\nreps = 3\nmax_seconds = 0.01\n'
     )
     out = tmp_path / "out"

@@ -1,11 +1,12 @@
 """The draft loop on a GPU: one captured graph per batch size, graph replay = eager bit for bit, a clear
-capture failure, the graph cache's cap, the unroll cap of the timing graph, and run_draft's graph rows."""
+capture failure, the graph cache's cap, the unroll cap of the timing graph, and run_draft's graph rows.
+Without a GPU they run on the simulated H200 (the `gpu` fixture), on smaller vocabularies."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from support import needs_gpu
+from support import HAS_GPU
 
 from perfsuite import scenario, variants
 from perfsuite.device import GRAPH_UNROLL_CAP, detect
@@ -25,8 +26,9 @@ from perfsuite.draft.graph import graph_body
 from perfsuite.paths import GraphCaptureError
 from perfsuite.scenario import Timing
 
-pytestmark = needs_gpu
-GPU = torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu")
+pytestmark = pytest.mark.usefixtures("gpu")
+GPU = torch.device("cuda:0")
+VOCAB = 32000 if HAS_GPU else 2048  # the simulated GPU runs Triton in its interpreter
 TORCH_VARIANTS = ("full_softmax", "argmax_ones", "identity")
 
 
@@ -34,18 +36,19 @@ def _runnable() -> list[str]:
     return [n for n in variants.names() if variants.get(n).available(GPU) is None]
 
 
-def _head(dtype: str = "bfloat16", vocab: int = 32000, logits: str = "head") -> DraftHead:
+def _head(dtype: str = "bfloat16", vocab: int = VOCAB, logits: str = "head") -> DraftHead:
     return DraftHead(HeadConfig(vocab, 128, dtype, logits=logits), GPU)
 
 
-@pytest.mark.parametrize("name", _runnable() if torch.cuda.is_available() else list(TORCH_VARIANTS))
+# the simulated GPU interprets Triton (seconds a launch): one Triton variant stands for the three there
+@pytest.mark.parametrize("name", _runnable() if HAS_GPU else [*TORCH_VARIANTS, "triton_auto"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_graph_replay_equals_eager_bit_for_bit(name, dtype):
     head, config = _head(dtype), LoopConfig(4, 3, 9)
     loop = DraftLoop(head, variants.get(name).select, config)
     cache = GraphCache(GPU)
     try:
-        for batch in (1, 8):
+        for batch in (1, 8) if HAS_GPU else (1, 3):
             graph = cache.get(loop, batch, ("t", name))
             for tokens, hidden in inputs_for(head.config, batch, config.extend_tokens, 3, GPU):
                 eager, replayed = loop.cycle(tokens, hidden), graph(tokens, hidden)
@@ -119,16 +122,16 @@ def test_run_draft_graph_rows():
                 "variants": list(TORCH_VARIANTS),
                 "paths": ["eager", "graph"],
                 "dtypes": "bfloat16",
-                "vocab": 32000,
+                "vocab": VOCAB,
                 "hidden": 128,
-                "batch": [1, 8],
-                "topk": [1, 4],
+                "batch": [1, 8] if HAS_GPU else [2],
+                "topk": [1, 4] if HAS_GPU else [4],
                 "num_steps": 3,
                 "logits": "head",
                 "cycles": 4,
                 "max_graphs": 3,
             },
-            "timing": {"warmup": 2, "reps": 10, "max_seconds": 0.2},
+            "timing": {"warmup": 2, "reps": 10, "max_seconds": 0.2} if HAS_GPU else {"warmup": 1, "reps": 3},
         },
         "g.toml",
     )
@@ -146,4 +149,4 @@ def test_run_draft_graph_rows():
         )
         assert r["launches_per_cycle"] < eager["launches_per_cycle"]
         assert r["device_timing"].startswith("graph replay x")
-        assert eager["device_timing"] == "device events"
+        assert eager["device_timing"].startswith("device events")

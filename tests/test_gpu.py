@@ -1,15 +1,17 @@
-"""Paths and timing that need a GPU: CUDA graphs (HIP graphs on ROCm) and device-event timing."""
+"""Paths and timing that need a GPU: CUDA graphs (HIP graphs on ROCm) and device-event timing. On a machine
+without a GPU they run on the simulated H200 (the `gpu` fixture), the real-hardware figures excepted."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from support import needs_gpu
+from support import HAS_GPU, needs_real_gpu
 
 from perfsuite import device, inputs, memory, parity, paths, timing, variants
 from perfsuite.scenario import Timing
 
-pytestmark = needs_gpu
+pytestmark = pytest.mark.usefixtures("gpu")
+VOCAB, BATCH = (151936, 16) if HAS_GPU else (2048, 4)  # the simulated GPU interprets Triton: small shapes
 
 
 def _runnable() -> list[str]:
@@ -19,7 +21,7 @@ def _runnable() -> list[str]:
 
 @pytest.mark.parametrize("k", [1, 8])
 def test_graph_replay_gives_the_eager_answer(k):
-    logits = inputs.make_logits("near_ties", 16, 151936, torch.bfloat16, device="cuda")
+    logits = inputs.make_logits("near_ties", BATCH, VOCAB, torch.bfloat16, device="cuda")
     ref = parity.reference(logits, k)
     for name in _runnable():
         variant = variants.get(name)
@@ -48,14 +50,15 @@ def test_graph_capture_failure_is_reported_clearly():
 @pytest.mark.parametrize("path", ["eager", "graph"])
 def test_device_samplers_time_in_microseconds(path, l2):
     info = device.detect("cuda:0")
-    logits = inputs.make_logits("gaussian", 4, 128256, torch.bfloat16, device="cuda")
+    logits = inputs.make_logits("gaussian", 4, VOCAB, torch.bfloat16, device="cuda")
     prepared = paths.prepare(path, variants.get("identity").select, logits, 1)
     sampler = timing.sampler_for(prepared, info, Timing(l2=l2, graph_unroll=4))
     assert ("graph replay x4" if path == "graph" else "device events") == sampler.method
     samples = timing.measure(sampler, Timing(warmup=2, reps=10))
-    assert 0 < samples.median_us < 10_000
+    assert 0 < samples.median_us < 1e6  # microseconds: a unit slip (ms or s) lands far outside
 
 
+@needs_real_gpu
 def test_gpu_peak_memory_comes_from_the_allocator():
     info = device.detect("cuda:0")
     logits = inputs.make_logits("gaussian", 8, 100000, torch.bfloat16, device="cuda")

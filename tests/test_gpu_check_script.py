@@ -1,11 +1,16 @@
-"""`scripts/gpu_check.sh` dry-run on this CPU (Triton interpreter, tiny scenarios): it runs once, on a lent
-GPU with minutes of device time, so every stage but the full test suite and the draft loop runs here first."""
+"""`scripts/gpu_check.sh` on this CPU: it runs once, on a lent GPU with minutes of device time, so every stage
+runs here first (tiny scenarios, Triton's interpreter), and so do its pack (at most 8 files of at most
+MAX_BYTES, names the device can return), its budgets (SIGINT, then the pack) and its own signals."""
 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -16,13 +21,18 @@ from perfsuite import kernels
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+MAX_FILES = 8
+RETURNED_NAME = re.compile(r"[A-Za-z0-9._-]+")  # what the device machine brings back from $OUT
+needs_triton = pytest.mark.skipif(not kernels.triton_installed(), reason=kernels.NO_TRITON)
+# on a GPU the script runs for real (its "tests" stage is the GPU tests): a dry run would cost device time
+cpu_dry_run = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run of the GPU check")
 
-pytestmark = [
-    pytest.mark.skipif(not kernels.triton_installed(), reason=kernels.NO_TRITON),
-    # on a GPU the script runs for real (its "tests" stage runs this file): a dry run would cost device time
-    pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU dry run of the GPU check"),
-]
-
+TIMING = """
+[timing]
+warmup = 1
+reps = 3
+max_seconds = 0.01
+"""
 SWEEP = """
 name = "gpu-check-dry-run"
 device = "cpu"
@@ -33,51 +43,238 @@ vocab = [4500]
 batch = [2]
 topk = [1]
 logits = ["gaussian"]
-[timing]
-warmup = 1
-reps = 3
-max_seconds = 0.01
 """
+TUNE = """
+name = "tune-dry-run"
+device = "cpu"
+[sweep]
+variants = ["triton_auto"]
+dtypes = ["bfloat16"]
+vocab = [300]
+batch = [2]
+topk = [1]
+logits = ["gaussian"]
+"""
+DRAFT = """
+name = "draft-dry-run"
+device = "cpu"
+sweep = []
+[[draft]]
+variants = ["full_softmax", "identity"]
+paths = ["eager", "graph"]
+dtypes = ["bfloat16"]
+vocab = 512
+hidden = 32
+batch = 2
+topk = 2
+num_steps = 2
+logits = "head"
+cycles = 2
+"""
+LONG_SWEEP = """
+name = "long-dry-run"
+device = "cpu"
+[sweep]
+variants = ["full_softmax", "identity", "argmax_ones"]
+dtypes = ["bfloat16", "float32"]
+vocab = [1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500, 6000, 6500, 7000, 7500, 8000, 8500]
+batch = [1, 2, 3, 4, 5, 6, 7, 8]
+topk = [1, 2, 3, 4]
+logits = ["gaussian"]
+"""
+LONG_SWEEP_CASES = 3 * 2 * 16 * 8 * 4  # minutes of cases: stopped long before the end
+A_TEST = "def test_the_tests_stage_runs_pytest():\n    assert sum([1, 2]) == 3\n"
 
 
-def _run(tmp_path: Path, stages: str) -> subprocess.CompletedProcess:
-    sweep = tmp_path / "sweep.toml"
-    sweep.write_text(SWEEP)
+def _scenario(folder: Path, name: str, text: str) -> str:
+    path = folder / f"{name}.toml"
+    path.write_text(text + TIMING)
+    return str(path)
+
+
+def _env(tmp_path: Path, stages: str, **extra: str) -> dict[str, str]:
+    (tmp_path / "test_tiny.py").write_text(A_TEST)
     env = {
         **os.environ,
         "STAGES": stages,
-        "SCENARIO": str(sweep),
-        "TUNE_SCENARIO": str(sweep),
+        "SCENARIO": _scenario(tmp_path, "sweep", SWEEP),
+        "TUNE_SCENARIO": _scenario(tmp_path, "tune", TUNE),
+        "DRAFT_SCENARIO": _scenario(tmp_path, "draft", DRAFT),
+        "TESTS": str(tmp_path / "test_tiny.py"),
         "PYTHON": sys.executable,
+        "TMPDIR": str(tmp_path),  # the scratch folder: gone after the pack
         kernels.INTERPRET_ENV: "1",
+        **extra,
     }
     env.pop("PERFSUITE_PLANS", None)
+    return env
+
+
+def _run(tmp_path: Path, stages: str, **extra: str) -> subprocess.CompletedProcess:
     command = ["bash", str(SCRIPT), str(tmp_path / "out")]
+    env = _env(tmp_path, stages, **extra)
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
 
 
-STAGES = ["machine", "kernels", "tune", "sweep", "summary", "tp"]
+def _stages(out: Path) -> dict[str, str]:
+    """The stage table of summary.md: stage -> status."""
+    rows = re.findall(
+        r"^\| (\w+) \| ([^|]+) \| [^|]+ \| \d+ \| \d+ \|$", (out / "summary.md").read_text(), re.M
+    )
+    return dict(rows)
 
 
-def test_every_stage_but_the_suite_runs_and_writes_its_files(tmp_path):
-    done = _run(tmp_path, " ".join(STAGES))
+def _assert_returnable(out: Path, max_bytes: int = 15 << 20) -> list[str]:
+    """OUT_DIR as the device machine brings it back: at most 8 plain files, small, with plain names."""
+    entries = sorted(out.iterdir())
+    assert len(entries) <= MAX_FILES, [p.name for p in entries]
+    for path in entries:
+        assert path.is_file() and not path.is_symlink(), path
+        assert RETURNED_NAME.fullmatch(path.name), path.name
+        assert path.stat().st_size <= max_bytes, (path.name, path.stat().st_size)
+    return [p.name for p in entries]
+
+
+@needs_triton
+@cpu_dry_run
+def test_every_stage_runs_and_the_pack_is_returnable(tmp_path):
+    done = _run(tmp_path, "machine warm kernels tune sweep summary draft tests tp")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = tmp_path / "out"
-    for name in ("machine.txt", "kernels.csv", "tuned.json", "tune.csv", "results.csv", "summary.md"):
-        assert (out / name).stat().st_size > 0, name
-    assert "GPU visible" in (out / "tp-skipped.txt").read_text()
-    assert "## Tuned plans" in (out / "summary.md").read_text()  # the tune stage's table joins the summary
-    stages = (out / "stages.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in stages] == [f"-- {stage}" for stage in STAGES]
-    assert all(": exit 0," in line for line in stages)
+    names = _assert_returnable(out)
+    expected = {"summary.md", "results.csv", "report.html", "tuned.json", "tune.csv", "kernels.csv"}
+    assert expected | {"draft.csv", "logs.tar.gz"} == set(names)
+    stages = _stages(out)
+    assert list(stages) == ["machine", "warm", "kernels", "tune", "sweep", "summary", "draft", "tests", "tp"]
+    assert stages["tp"].startswith("skipped: 0 GPU visible")
+    assert stages["warm"] == "ok" or stages["warm"].startswith("skipped: perfsuite/kernels/warm.py is not")
+    assert all(
+        stages[s] == "ok" for s in ("machine", "kernels", "tune", "sweep", "summary", "draft", "tests")
+    )
+    assert not list(tmp_path.glob("gpu-check.*")), "the scratch folder is removed after the pack"
+    summary = (out / "summary.md").read_text()
+    assert "## Tuned plans" in summary and "measured copy" in summary  # the summary stage and the machine
     results = pd.read_csv(out / "results.csv")
     assert set(results["variant"]) == {"full_softmax", "identity", "argmax_ones", "triton_auto"}
     assert (results["status"] == "ok").all()
-    launch = results.set_index("variant")["launch"]
-    assert launch["triton_auto"].endswith("(heuristic)") and pd.isna(launch["full_softmax"])
+    # the tune stage's table is filed under this CPU's name, and no table applies to a device without a GPU
+    # name: on a GPU the sweep's triton_auto rows say "(tuned)"
+    assert results.set_index("variant")["launch"]["triton_auto"].endswith("(heuristic)")
+    assert len(pd.read_csv(out / "tune.csv")) >= 2 and '"entries"' in (out / "tuned.json").read_text()
+    assert set(pd.read_csv(out / "kernels.csv")["target"]) == {"sm_90"}  # no GPU here: the H100/H200 target
+    assert len(pd.read_csv(out / "draft.csv")) == 4
+    with tarfile.open(out / "logs.tar.gz") as logs:
+        members = {m.name.removeprefix("./") for m in logs.getmembers() if m.isfile()}
+    asm = [m for m in members if m.startswith("kernels/asm/sm_90/")]
+    assert {Path(m).suffix for m in asm} == {".ttgir", ".ptx", ".sass"}  # many files, one archive
+    stage_logs = {f"logs/{s}.log" for s in stages}
+    assert stage_logs | {"sweep/results.jsonl", "sweep/edge_cases.csv", "tests/junit.xml"} <= members
+    assert "1 passed" in (out / "summary.md").read_text()  # the tests stage's pytest line
+
+
+def test_a_stage_over_its_budget_is_stopped_and_what_it_measured_is_packed(tmp_path):
+    # the sweep gets SIGINT after 25 s, far from done; the summary then finds the total budget spent.
+    # A small MAX_BYTES: a file over it is packed gzipped, or left out, and summary.md says which
+    limits = {"SWEEP_S": "25", "GRACE_S": "15", "PACK_S": "5", "BUDGET_S": "46", "MAX_BYTES": "300000"}
+    done = _run(tmp_path, "sweep summary", SCENARIO=_scenario(tmp_path, "long", LONG_SWEEP), **limits)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "out"
+    names = _assert_returnable(out, max_bytes=300000)
+    stages = _stages(out)
+    assert stages == {
+        "sweep": "stopped at its budget (SIGINT)",
+        "summary": "not run: the total budget is spent",
+    }
+    results = next(out / n for n in ("results.csv", "results.csv.gz") if n in names)
+    assert 1 <= len(pd.read_csv(results)) < LONG_SWEEP_CASES  # what the sweep measured before its SIGINT
+    summary = (out / "summary.md").read_text()
+    for name in ("report.html", "logs.tar.gz"):  # packed, packed gzipped, or named as left out
+        assert name in names or f"{name}.gz" in names or f"- {name} " in summary, name
+
+
+def test_sigterm_to_the_script_stops_the_stage_and_packs(tmp_path):
+    env = _env(tmp_path, "sweep summary", SCENARIO=_scenario(tmp_path, "long", LONG_SWEEP))
+    command = ["bash", str(SCRIPT), str(tmp_path / "out")]
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(3000):  # until the sweep's first row (at most 5 minutes)
+            if process.poll() is not None or any(
+                p.stat().st_size for p in tmp_path.glob("gpu-check.*/work/sweep/results.jsonl")
+            ):
+                break
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stdout.decode()[-3000:] + stderr.decode()[-3000:]
+    out = tmp_path / "out"
+    _assert_returnable(out)
+    assert _stages(out) == {"sweep": "interrupted"}  # the summary never started
+    assert 1 <= len(pd.read_csv(out / "results.csv")) < LONG_SWEEP_CASES
 
 
 def test_an_unknown_stage_stops_with_status_2(tmp_path):
     done = _run(tmp_path, "machine benchmark")
     assert done.returncode == 2
     assert "unknown stage benchmark" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"SWEEP_S": "2m"}, "SWEEP_S must be a whole number"),
+        ({}, "holds notes.txt, which this check did not"),
+    ],
+)
+def test_bad_settings_and_a_folder_of_other_files_stop_with_status_2(tmp_path, setting, message):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("someone else's")
+    done = _run(tmp_path, "machine", **setting)
+    assert done.returncode == 2 and message in done.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+
+
+@needs_triton
+@cpu_dry_run
+def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
+    """The GPU check end to end as on the H200 (`PERFSUITE_SIMULATED_GPU=h200`): the GPU branches of every
+    stage, graph cases cold, the tuned table driving the sweep's triton_auto, and what comes back."""
+    on_the_gpu = {
+        name: _scenario(tmp_path, f"sim-{name}", text.replace('device = "cpu"', 'device = "auto"'))
+        for name, text in (("sweep", SWEEP), ("tune", TUNE), ("draft", DRAFT))
+    }
+    graph_sweep = on_the_gpu["sweep"]
+    Path(graph_sweep).write_text(
+        Path(graph_sweep).read_text().replace("[sweep]\n", '[sweep]\npaths = ["eager", "graph"]\n')
+    )
+    env = _env(tmp_path, "machine warm kernels tune sweep summary draft tests tp")
+    env.update(
+        SCENARIO=graph_sweep,
+        TUNE_SCENARIO=on_the_gpu["tune"],
+        DRAFT_SCENARIO=on_the_gpu["draft"],
+        PERFSUITE_SIMULATED_GPU="h200",
+        BUDGET_S="3000",  # the stages' budgets are an H200's: the simulation interprets Triton on 2 cores
+        **{f"{stage}_S": "400" for stage in ("MACHINE", "WARM", "KERNELS", "TUNE", "SWEEP", "SUMMARY")},
+        **{f"{stage}_S": "400" for stage in ("DRAFT", "TESTS", "TP")},
+    )
+    command = ["bash", str(SCRIPT), str(tmp_path / "out")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "out"
+    assert len(_assert_returnable(out)) == MAX_FILES
+    stages = _stages(out)
+    assert stages["tp"].startswith("skipped: 1 GPU visible")
+    assert all(status == "ok" for stage, status in stages.items() if stage != "tp"), stages
+    results = pd.read_csv(out / "results.csv")
+    assert (results["status"] == "ok").all() and results["simulated"].all()
+    assert set(results["path"]) == {"eager", "graph"}
+    assert set(results["device"]) == {"NVIDIA H200 (simulated)"}
+    assert results.set_index("variant")["launch"]["triton_auto"].str.endswith("(tuned)").all()
+    assert '"device": "NVIDIA H200 (simulated)"' in (out / "tuned.json").read_text()
+    draft = pd.read_csv(out / "draft.csv")
+    assert set(draft["path"]) == {"eager", "graph"} and (draft["status"] == "ok").all()
+    assert "(simulated)" in (out / "summary.md").read_text()

@@ -17,6 +17,7 @@ from perfsuite.variants.base import Variant
 
 SCENARIO = """
 name = "robust"
+device = "cpu"  # CPU expectations (host OOM, no graph path) on any machine
 [[sweep]]
 variants = ["crashing", "oom", "host_oom", "bad_model", "identity"]
 paths = ["eager"]

@@ -16,6 +16,7 @@ from perfsuite.scenario import expand, load
 DATA = Path(__file__).parent / "data"
 SCENARIO = """
 name = "tiny"
+device = "cpu"  # CPU expectations: on a GPU box this file still tests the CPU
 [[sweep]]
 variants = ["full_softmax", "identity"]
 paths = ["eager", "graph"]

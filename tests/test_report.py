@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.offline
 import pytest
 
-from perfsuite.report import build_report, coerce, load_many, load_results
+from perfsuite.report import build_report, coerce, load_many, load_results, plots_available
 from perfsuite.results import COLUMNS, ResultsLog, to_frame, write_tables
 
 VARIANTS = {
@@ -244,6 +244,7 @@ def report_html(frame: pd.DataFrame, edge_cases: pd.DataFrame, tmp_path_factory)
 
 
 def test_report_is_self_contained_with_plotly_once(report_html: str) -> None:
+    assert plots_available() is None and 'id="missing-plots"' not in report_html  # no "plots missing" note
     plotly_js = plotly.offline.get_plotlyjs()
     assert report_html.count(plotly_js[:200]) == 1
     rest = report_html.replace(plotly_js, "")

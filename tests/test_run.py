@@ -16,6 +16,7 @@ from perfsuite.variants.base import Variant
 
 SCENARIO = """
 name = "tiny"
+device = "cpu"  # CPU expectations: on a GPU box this file still tests the CPU
 [[sweep]]
 variants = {variants}
 paths = ["eager", "graph"]
@@ -175,6 +176,7 @@ def test_variants_command(capsys):
 
 MIXED = """
 name = "mixed"
+device = "cpu"  # CPU expectations: on a GPU box this file still tests the CPU
 [[sweep]]
 variants = ["full_softmax", "identity"]
 dtypes = ["float32"]

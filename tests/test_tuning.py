@@ -5,6 +5,8 @@ mechanics are what is tested)."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -90,6 +92,45 @@ def test_a_malformed_table_names_its_file(tmp_path, monkeypatch):
         tuned.table_for("x")
 
 
+def _table(entries: int) -> tuned.TunedTable:
+    best = tuned.Tunables("fused", 2048, 4)
+    rows = tuple(_entry("bfloat16", batch, 151936, 1, best) for batch in range(1, entries + 1))
+    return tuned.TunedTable(GPU.name, GPU.sms, GPU.warp_size, {"triton": "x"}, "graph", rows)
+
+
+def test_a_table_being_replaced_is_never_seen_half_written(tmp_path, monkeypatch):
+    path, old, new = tmp_path / "tuned.json", _table(1), _table(300)
+    tuned.write_table(path, old)
+    seen = []
+    rename = os.replace
+
+    def rename_and_look(source, target):  # the moment the new table takes the old one's place
+        assert Path(source).parent == Path(target).parent  # a rename inside one folder: atomic
+        seen.append(tuned.TunedTable.from_json(Path(target).read_text()))  # a reader still gets the old
+        seen.append(tuned.TunedTable.from_json(Path(source).read_text()))  # the new one is whole already
+        rename(source, target)
+
+    monkeypatch.setattr(tuned.os, "replace", rename_and_look)
+    tuned.write_table(path, new)
+    assert seen == [old, new]
+    assert tuned.TunedTable.from_json(path.read_text()) == new
+    assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]  # no temporary file left
+
+
+def test_a_write_that_fails_midway_leaves_the_old_table(tmp_path, monkeypatch):
+    path, old = tmp_path / "tuned.json", _table(1)
+    tuned.write_table(path, old)
+
+    def disk_full(fd: int) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(tuned.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        tuned.write_table(path, _table(300))
+    assert tuned.TunedTable.from_json(path.read_text()) == old
+    assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]
+
+
 def test_triton_auto_runs_the_tuned_plan(tmp_path, monkeypatch):
     tunables = tuned.Tunables("split", 64, 2, waves=0.5)  # nothing the heuristic would pick
     _install(tmp_path, monkeypatch, [_entry("bfloat16", 2, 5000, 4, tunables)])
@@ -144,10 +185,13 @@ l2 = "hot"
 """
 
 
-def test_tune_writes_the_fastest_exact_plan_per_shape(tmp_path, capsys):
+def test_tune_writes_the_fastest_exact_plan_per_shape(tmp_path, capsys, monkeypatch):
     scenario, out = tmp_path / "tune.toml", tmp_path / "tuned" / "gpu.json"
     scenario.write_text(SCENARIO)
+    written = []
+    monkeypatch.setattr(tuned, "replace_text", lambda p, text: written.append(p) or p.write_text(text))
     assert cli.main(["tune", str(scenario), "--out", str(out)]) == cli.EXIT_OK
+    assert written == [out, out.with_suffix(".csv")]  # both files replaced whole, after each shape
     table = tuned.TunedTable.from_json(out.read_text())
     rows = pd.read_csv(out.with_suffix(".csv"), keep_default_na=False)
     assert len(table.entries) == 1 and table.path == "eager"

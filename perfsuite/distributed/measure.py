@@ -1,9 +1,9 @@
 """Timing a collective call: every rank samples together, a sample's time is the slowest rank's.
 
-Before each sample: the cache flush (cold) or, on a GPU, a short spin (hot), then a barrier. A sample is
-`time.perf_counter` around the call on the CPU, device events around it on a GPU (the collective waits on
-the other ranks inside it). One all-reduce MAX per sample gives every rank the same per-sample time and
-the same elapsed time, so all ranks stop sampling after the same sample.
+Before each sample: a barrier, then the cache flush (cold) and, on a GPU, a spin that the call queues
+behind. A sample is `time.perf_counter` around the call on the CPU, device events around it on a GPU (the
+collective waits on the other ranks inside it). One all-reduce MAX per sample gives every rank the same
+per-sample time and the same elapsed time, so all ranks stop sampling after the same sample.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from perfsuite.device import DeviceInfo, synchronize
 from perfsuite.distributed.group import Group
 from perfsuite.scenario import Timing
-from perfsuite.timing import SPIN_CYCLES, Samples, cache_flusher
+from perfsuite.timing import Samples, Spin, cache_flusher
 
 
 class RankSampler:
@@ -26,6 +26,7 @@ class RankSampler:
         self.call, self.group, self.info = call, group, info
         self.flush = cache_flusher(info) if timing.l2 == "cold" else None
         self.events = info.is_gpu
+        self.spin = Spin()
         base = "device events" if self.events else "host perf_counter"
         self.method = f"{base}, max over {group.size} ranks, barrier before each sample"
 
@@ -43,13 +44,14 @@ class RankSampler:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         synchronize(self.group.device)
         self.group.barrier()
-        if self.flush:  # the call's launches queue behind the flush (or the spin), as in perfsuite.timing
+        if self.flush:
             self.flush()
-        else:
-            torch.cuda._sleep(SPIN_CYCLES)
+        torch.cuda._sleep(self.spin.cycles)  # the call's launches queue behind it, as in perfsuite.timing
+        queued_from = time.perf_counter()
         start.record()
         self.call()
         end.record()
+        self.spin.cover(time.perf_counter() - queued_from)
         end.synchronize()
         return start.elapsed_time(end) * 1e-3
 

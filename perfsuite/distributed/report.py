@@ -2,6 +2,8 @@
 
 tp_html(frame) -> str   (plotly figures without plotly.js: the page already inlines it)
 python -m perfsuite.distributed.report ROWS.jsonl... [--out tp.html]   (table; standalone page)
+
+plotly is imported only to draw a figure; without it each figure is a note and the tables stay.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ import argparse
 import html
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from perfsuite.distributed import tp_variants
+from perfsuite.report.html import missing_plot_note, missing_plots_banner, plots_available
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 SHAPE = ["dtype", "vocab", "batch", "topk"]
 ALLGATHER = ("allgather_full_softmax", "allgather_identity")
@@ -71,7 +76,9 @@ def _label(row: pd.Series) -> str:
 
 
 def figure(rows: pd.DataFrame, tp: int) -> go.Figure:
-    """Time per call and interconnect bytes per rank, per shape and variant, at one tp."""
+    """Time per call and interconnect bytes per rank, per shape and variant, at one tp (needs plotly)."""
+    from plotly.subplots import make_subplots
+
     part = rows[rows["tp"] == tp].sort_values(SHAPE)
     labels = list(dict.fromkeys(part.apply(_label, axis=1)))
     fig = make_subplots(
@@ -110,18 +117,26 @@ def tp_html(frame: pd.DataFrame) -> str:
         return "<p class='note'>No tensor-parallel rows were measured.</p>"
     parts = [_table(comparison(rows))]
     for tp in sorted(rows["tp"].dropna().unique()):
-        fig = figure(rows, int(tp))
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
+        if plots_available() is not None:
+            title = f"tp = {int(tp)}: all-gather then select vs merge partials"
+            parts.append(f"<p class='note'>{html.escape(missing_plot_note(title))}</p>")
+            continue
+        parts.append(figure(rows, int(tp)).to_html(full_html=False, include_plotlyjs=False))
     return "\n".join(parts)
 
 
 def page(frame: pd.DataFrame, title: str = "perfsuite: tensor-parallel selection") -> str:
-    """A standalone HTML page around `tp_html`, plotly.js inlined (no network needed to view it)."""
+    """A standalone HTML page around `tp_html`, plotly.js inlined (no network needed to view it); without
+    plotly, no script and a note on how to get the plots."""
+    head = f"<meta charset='utf-8'><title>{html.escape(title)}</title>"
+    heading = "<h1>Tensor parallel: all-gather then select vs merge partials</h1>"
+    if plots_available() is not None:
+        again = "`python -m perfsuite.distributed.report ROWS... --out FILE.html`"
+        heading += f"<p class='note'>{html.escape(missing_plots_banner(again))}</p>"
+        return f"<!doctype html><html><head>{head}</head><body>{heading}{tp_html(frame)}</body></html>"
     import plotly.offline
 
-    head = f"<meta charset='utf-8'><title>{html.escape(title)}</title>"
     script = f"<script>{plotly.offline.get_plotlyjs()}</script>"
-    heading = "<h1>Tensor parallel: all-gather then select vs merge partials</h1>"
     return f"<!doctype html><html><head>{head}{script}</head><body>{heading}{tp_html(frame)}</body></html>"
 
 

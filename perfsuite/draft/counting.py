@@ -4,7 +4,7 @@ GPU: device activities (kernels, memcpy, memset) the profiler records for one cy
 calls that issued them (`cudaLaunchKernel`, `cudaGraphLaunch`, their HIP and driver-API twins): a captured
 cycle runs as many kernels as an eager one but issues one graph launch. CPU: there are no device kernels,
 so the count is the cycle's top-level aten ops (ops not called from inside another aten op), and there
-are no launches.
+are no launches. The simulated GPU counts its own kernels and launch calls (`perfsuite.simulated_gpu`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from perfsuite import simulated_gpu
 from perfsuite.device import synchronize
 from perfsuite.memory import native_stderr_silenced
 
@@ -36,6 +37,8 @@ class KernelCount:
 def count_kernels(call: Callable[[], object], device: torch.device, cycles: int = 2) -> KernelCount:
     """Profile `cycles` calls of an already warmed-up `call` and return the counts per call."""
     gpu = device.type == "cuda"
+    if gpu and simulated_gpu.active():
+        return _simulated_count(call, cycles)
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if gpu else [ProfilerActivity.CPU]
     synchronize(device)
     with native_stderr_silenced(), profile(activities=activities) as prof:
@@ -58,3 +61,13 @@ def count_kernels(call: Callable[[], object], device: torch.device, cycles: int 
         if event.name.startswith("aten::") and (parent is None or not parent.name.startswith("aten::")):
             top_level += 1
     return KernelCount(top_level / cycles, float("nan"), CPU_UNIT)
+
+
+def _simulated_count(call: Callable[[], object], cycles: int) -> KernelCount:
+    """The simulated GPU's own count: ops that compute and Triton launches; a graph replay is one launch."""
+    kernels, launches = simulated_gpu.kernel_counts()
+    for _ in range(cycles):
+        call()
+    after_kernels, after_launches = simulated_gpu.kernel_counts()
+    unit = f"{GPU_UNIT} {simulated_gpu.LABEL}"
+    return KernelCount((after_kernels - kernels) / cycles, (after_launches - launches) / cycles, unit)

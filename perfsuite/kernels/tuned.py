@@ -8,7 +8,8 @@ its tunables to the shape: a fused plan keeps its tile and warps, a split plan i
 device, or for a CPU, it is the heuristic `plan.choose`.
 
 Tables are read from `perfsuite/kernels/tuned/*.json` (committed ones) and from the files named in
-`PERFSUITE_PLANS` (os.pathsep-separated), the latter winning for the same device.
+`PERFSUITE_PLANS` (os.pathsep-separated), the latter winning for the same device. They are written whole
+(`write_table`): a reader, or a `perfsuite tune` killed mid-write, never leaves a half-written table.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import math
 import os
 import re
+import secrets
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -95,6 +97,26 @@ class TunedTable:
     def from_json(text: str) -> TunedTable:
         data = json.loads(text)
         return TunedTable(**{**data, "entries": tuple(Entry.from_dict(e) for e in data["entries"])})
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Replace `path`'s content with `text` all at once: written to a temporary file in the same folder,
+    flushed to disk, then renamed over `path` (`os.replace`, atomic). Readers see the old or the new text."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(temporary, "x", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_table(path: Path, table: TunedTable) -> None:
+    """Write a tuned table as JSON, atomically (`replace_text`)."""
+    replace_text(path, table.to_json())
 
 
 def slug(device: str) -> str:

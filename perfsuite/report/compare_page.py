@@ -1,15 +1,23 @@
-"""The HTML page of `perfsuite compare`: the verdict, a plot of the per-case time ratios and the table."""
+"""The HTML page of `perfsuite compare`: the verdict, a plot of the per-case time ratios and the table.
+
+plotly is imported only to draw the plot; without it the page keeps the verdict and the table.
+"""
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import plotly.graph_objects as go
+import pandas as pd
 
 from perfsuite.compare import FAILING, Comparison, bytes_ratio, summary_line, verdicts
-from perfsuite.report.html import Block, Cell, Note, Section, Table, _figure, render_page
+from perfsuite.report.html import Block, Cell, Note, Section, Table, figure_block, render_page
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 OUTCOME_COLORS = {
     "broken": "#b2182b",
@@ -21,6 +29,7 @@ OUTCOME_COLORS = {
     "same": "#92c5de",
     "not timed": "#dddddd",
 }
+COMPARE_AGAIN = "`perfsuite compare BASE NEW --out FILE.html`"
 OUTCOME_CSS = {
     "broken": "error",
     "parity worse": "loss",
@@ -38,6 +47,19 @@ def _ratio_figure(comparison: Comparison) -> Block:
     table = comparison.table[comparison.table["ratio"].notna()].sort_values("ratio").reset_index(drop=True)
     if table.empty:
         return Note("No case was timed in both runs: nothing to plot.")
+    title = f"new / base median time per case ({comparison.new_name} vs {comparison.base_name})"
+    caption = (
+        "Markers: median ratio; bars: new p20 / base p80 to new p80 / base p20 (where both runs report "
+        f"p20/p80). Dashed lines: the threshold, ±{100 * comparison.threshold:.3g} %. Above 1: slower."
+    )
+    build = partial(_ratio_plot, table, comparison.threshold, title)
+    return figure_block("compare-ratios", title, build, caption)
+
+
+def _ratio_plot(table: pd.DataFrame, threshold: float, title: str) -> go.Figure:
+    """Each case's new / base ratio (sorted), coloured by outcome, with the threshold lines."""
+    import plotly.graph_objects as go
+
     fig = go.Figure()
     for outcome, part in table.groupby("outcome", sort=False):
         fig.add_trace(
@@ -59,21 +81,17 @@ def _ratio_figure(comparison: Comparison) -> Block:
                 "<br>ratio %{y:.3f}<extra>%{fullData.name}</extra>",
             )
         )
-    limit = 1 + comparison.threshold
+    limit = 1 + threshold
     for y, dash in ((1.0, "solid"), (limit, "dash"), (1 / limit, "dash")):
         fig.add_hline(y=y, line={"color": "#555", "width": 1, "dash": dash})
     fig.update_layout(
-        title=f"new / base median time per case ({comparison.new_name} vs {comparison.base_name})",
+        title=title,
         height=460,
         xaxis_title="cases, sorted by ratio",
         yaxis={"type": "log", "title": "time ratio (new / base)"},
         legend_title_text="outcome",
     )
-    caption = (
-        "Markers: median ratio; bars: new p20 / base p80 to new p80 / base p20 (where both runs report "
-        f"p20/p80). Dashed lines: the threshold, ±{100 * comparison.threshold:.3g} %. Above 1: slower."
-    )
-    return _figure("compare-ratios", fig, caption)
+    return fig
 
 
 def _table(comparison: Comparison) -> Table:
@@ -122,5 +140,5 @@ def build_compare_page(
     ]
     subtitle = f"{comparison.base_name} → {comparison.new_name}"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_page(title, subtitle, sections), encoding="utf-8")
+    out.write_text(render_page(title, subtitle, sections, COMPARE_AGAIN), encoding="utf-8")
     return out

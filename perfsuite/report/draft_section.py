@@ -3,7 +3,8 @@
 `draft_html(frame)` returns figures (plotly, without plotly.js: the page inlines it) and tables: time per
 draft cycle per variant and path, the selection's share of the cycle, parity at the consumer (draft tokens,
 parents, tree scores against full_softmax and the float64 selection), kernels per cycle, and the cases that
-were skipped or failed with their reasons. Missing columns or an empty frame give a note, never an error.
+were skipped or failed with their reasons. Missing columns or an empty frame give a note, never an error;
+without plotly each figure is a note and the tables stay.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import plotly.express as px
-import plotly.graph_objects as go
+
+from perfsuite.report.html import missing_plot_note, plots_available
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 SHAPE_KEYS = ("vocab", "hidden", "batch", "topk", "num_steps", "num_draft_tokens")
 CONFIG_KEYS = ("device", "dtype", *SHAPE_KEYS, "logits")
@@ -146,9 +152,12 @@ def _table(columns: Sequence[str], rows: list[list[tuple[str, str] | str]], capt
     )
 
 
-def _figure(fig: go.Figure, caption: str = "") -> str:
+def _figure(title: str, build: Callable[[], go.Figure], caption: str = "") -> str:
+    """The figure `build` returns as a div without plotly.js; without plotly, a note naming `title`."""
+    if plots_available() is not None:
+        return _note(missing_plot_note(title))
     caption_html = f'<div class="caption">{html.escape(caption)}</div>' if caption else ""
-    body = fig.to_html(full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG)
+    body = build().to_html(full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG)
     return f'<div class="figure">{body}{caption_html}</div>'
 
 
@@ -176,26 +185,31 @@ def _bar_figures(data: pd.DataFrame, y: str, title: str, axis: str, errors: bool
             err_plus=(part["cycle_p80_us"] - part[y]).clip(lower=0) if errors else 0.0,
             err_minus=(part[y] - part["cycle_p20_us"]).clip(lower=0) if errors else 0.0,
         )
-        fig = px.bar(
-            part,
-            x="config",
-            y=y,
-            color="variant",
-            barmode="group",
-            facet_col="path",
-            category_orders={"path": _paths(part)},
-            error_y="err_plus" if errors else None,
-            error_y_minus="err_minus" if errors else None,
-            hover_data=[
-                c for c in ("device", "timing", "device_median_us", "kernels_per_cycle") if c in part
-            ],
-            title=title,
-        )
-        fig.update_yaxes(title_text=axis, col=1)
-        fig.update_xaxes(title_text="")
-        fig.update_layout(height=420, margin={"t": 60, "b": 80})
-        out.append(_figure(fig, caption))
+        out.append(_figure(title, partial(_bars, part, y, title, axis, errors), caption))
     return "\n".join(out)
+
+
+def _bars(part: pd.DataFrame, y: str, title: str, axis: str, errors: bool) -> go.Figure:
+    """Grouped bars of `y` per configuration and variant, a panel per path."""
+    import plotly.express as px
+
+    fig = px.bar(
+        part,
+        x="config",
+        y=y,
+        color="variant",
+        barmode="group",
+        facet_col="path",
+        category_orders={"path": _paths(part)},
+        error_y="err_plus" if errors else None,
+        error_y_minus="err_minus" if errors else None,
+        hover_data=[c for c in ("device", "timing", "device_median_us", "kernels_per_cycle") if c in part],
+        title=title,
+    )
+    fig.update_yaxes(title_text=axis, col=1)
+    fig.update_xaxes(title_text="")
+    fig.update_layout(height=420, margin={"t": 60, "b": 80})
+    return fig
 
 
 # ------------------------------------------------------------------------------------------ sections
@@ -299,6 +313,13 @@ def _parity_figure(ok: pd.DataFrame) -> str:
     data = ok[ok["tok_diff_base"].notna() & (ok["variant"] != "full_softmax")]
     if data.empty:
         return ""
+    title = "Share of draft trees whose tokens differ from full_softmax's"
+    return _figure(title, partial(_token_diff_bars, data, title))
+
+
+def _token_diff_bars(data: pd.DataFrame, title: str) -> go.Figure:
+    import plotly.express as px
+
     fig = px.bar(
         data,
         x="config",
@@ -308,12 +329,12 @@ def _parity_figure(ok: pd.DataFrame) -> str:
         facet_col="path",
         category_orders={"path": _paths(data)},
         hover_data=["parent_diff_base", "score_relerr_base", "tok_diff_ref"],
-        title="Share of draft trees whose tokens differ from full_softmax's",
+        title=title,
     )
     fig.update_yaxes(title_text="share of trees", range=[0, 1.05], col=1)
     fig.update_xaxes(title_text="")
     fig.update_layout(height=380, margin={"t": 60, "b": 80})
-    return _figure(fig)
+    return fig
 
 
 def _kernel_table(ok: pd.DataFrame) -> str:

@@ -1,7 +1,9 @@
 """One self-contained HTML report from result rows: summary, plots, parity, edge cases, skips, full table.
 
 Each section and figure is one small function of a prepared `_Context`; each figure is guarded so that a
-missing combination or an all-NaN column turns into a one-line note instead of an exception.
+missing combination or an all-NaN column turns into a one-line note instead of an exception. plotly is
+imported only where a figure is built: without it (`plots_available()` says why) every table is still
+written, each figure becomes a note and the page says at the top how to get the plots.
 """
 
 from __future__ import annotations
@@ -11,20 +13,20 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cache, cached_property, partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 import numpy as np
 import pandas as pd
-import plotly.express as px
-import plotly.graph_objects as go
-import plotly.io
-import plotly.offline
 from markupsafe import Markup
-from plotly.subplots import make_subplots
 
 from perfsuite.counters import FLAG_TOLERANCE, flagged
 from perfsuite.report.load import coerce
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 BASELINE = "full_softmax"
 INEXACT_SHORTCUT = "argmax_ones"
@@ -42,6 +44,45 @@ DTYPE_ORDER = ("float32", "float16", "bfloat16")
 PATH_ORDER = ("eager", "graph", "compile")
 FACET_ORDER = (*DTYPE_ORDER, *PATH_ORDER)
 NUMBERS = (int, float, np.integer, np.floating)
+PLOTLY_MODULES = (
+    "plotly",
+    "plotly.express",
+    "plotly.graph_objects",
+    "plotly.io",
+    "plotly.offline",
+    "plotly.subplots",
+)
+GET_PLOTLY = (
+    "`pip install plotly`, or offline: `scripts/fetch_wheels.sh` on a machine with network, copy its `.whl/` "
+    "folder here, then `pip install --no-index --find-links .whl plotly`"
+)
+REPORT_AGAIN = "`perfsuite report DIR/results.csv` (DIR: the run's folder)"
+
+
+# --------------------------------------------------------------------------------------------- plotly
+
+
+@cache
+def plots_available() -> str | None:
+    """None when plotly can draw the figures; else why not and how to get it (one line, for a terminal)."""
+    try:
+        for module in PLOTLY_MODULES:  # plotly itself first: its absence is the common case
+            importlib.import_module(module)
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "plotly":
+            return f"plotly is not installed: {GET_PLOTLY}"
+        return f"plotly cannot be imported ({type(exc).__name__}: {exc}): {GET_PLOTLY}"
+    return None
+
+
+def missing_plots_banner(report_again: str) -> str:
+    """The note at the top of a page drawn without plotly: why, and the command that redraws it."""
+    return f"The plots are missing. {plots_available()}; then re-render with {report_again}."
+
+
+def missing_plot_note(title: str) -> str:
+    """The note standing in for one figure when plotly is missing."""
+    return f"{title}: plot not drawn, plotly is missing (see the note at the top)."
 
 
 # --------------------------------------------------------------------------------------------- blocks
@@ -150,6 +191,13 @@ def build_report(
         _environment_section(ctx, environment),
     ]
     sections = [s for s in sections if s is not None]
+    simulated = _simulated_devices(results, draft)
+    if simulated:
+        note = (
+            f"Simulated GPU ({', '.join(simulated)}): perfsuite ran its GPU code paths on the CPU "
+            "(PERFSUITE_SIMULATED_GPU). Every time here is a host time of CPU work, not a GPU measurement."
+        )
+        sections.insert(0, Section("simulated", "Simulated GPU", [Note(note)]))
     if not len(results) and (draft is None or draft.empty):
         sections.insert(0, Section("summary", "Summary", [Note("No result rows: nothing to plot.")]))
     html = _render(title, ctx, sections)
@@ -181,11 +229,34 @@ def _fragment_section(
 
 
 def _render(title: str, ctx: _Context, sections: list[Section]) -> str:
-    return render_page(title, ctx.subtitle(), sections)
+    return render_page(title, ctx.subtitle(), sections, REPORT_AGAIN)
 
 
-def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
-    """A self-contained page (plotly.js inlined once) of sections, in the report's template and style."""
+def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
+    """The names of the simulated devices among the rows (the `simulated` column, or the name's label)."""
+    names: set[str] = set()
+    for frame in frames:
+        if frame is None or frame.empty or "device" not in frame:
+            continue
+        flag = frame["simulated"].astype(str).eq("True") if "simulated" in frame else False
+        labelled = frame["device"].astype(str).str.endswith("(simulated)")
+        names.update(frame.loc[flag | labelled, "device"].astype(str))
+    return sorted(names)
+
+
+def render_page(title: str, subtitle: str, sections: list[Section], report_again: str) -> str:
+    """A self-contained page of sections in the report's template and style, plotly.js inlined once.
+
+    Without plotly the page has no script at all and opens with a note: why the plots are missing and
+    `report_again`, the command that draws them once plotly is installed.
+    """
+    missing = plots_available() is not None
+    if missing:
+        plotly_js = Markup("")
+    else:
+        import plotly.offline
+
+        plotly_js = Markup(plotly.offline.get_plotlyjs())
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -198,7 +269,8 @@ def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
         subtitle=subtitle,
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=sections,
-        plotly_js=Markup(plotly.offline.get_plotlyjs()),
+        plotly_js=plotly_js,
+        banner=missing_plots_banner(report_again) if missing else "",
     )
 
 
@@ -212,7 +284,6 @@ class _Context:
     frame: pd.DataFrame
     ok: pd.DataFrame
     variants: list[str]
-    colors: dict[str, str]
     devices: list[str]
 
     @classmethod
@@ -220,10 +291,16 @@ class _Context:
         frame = _prepare(results)
         ok = frame[(frame["status"] == "ok") & frame["median_us"].notna()].copy()
         variants = _variant_order(frame["variant"])
-        palette = px.colors.qualitative.Plotly + px.colors.qualitative.Dark24
-        colors = {v: palette[i % len(palette)] for i, v in enumerate(variants)}
         devices = sorted(frame["device"].unique())
-        return cls(frame, ok, variants, colors, devices)
+        return cls(frame, ok, variants, devices)
+
+    @cached_property
+    def colors(self) -> dict[str, str]:
+        """A colour per variant, the same in every figure (only figures need it: plotly's palette)."""
+        import plotly.express as px
+
+        palette = px.colors.qualitative.Plotly + px.colors.qualitative.Dark24
+        return {v: palette[i % len(palette)] for i, v in enumerate(self.variants)}
 
     def subtitle(self) -> str:
         counts = self.frame["status"].value_counts()
@@ -359,8 +436,15 @@ def _guard(name: str, build: Callable[[], Block | list[Block]]) -> list[Block]:
     return blocks if isinstance(blocks, list) else [blocks]
 
 
-def _figure(name: str, fig: go.Figure | dict, caption: str = "") -> Figure:
-    """A figure (object, or a plain dict of well-formed data and layout) as a div without plotly.js."""
+def figure_block(name: str, title: str, build: Callable[[], go.Figure | dict], caption: str = "") -> Block:
+    """The figure `build` returns (object, or plain dict of well-formed data and layout) as a div without
+    plotly.js; without plotly, a note naming `title` in its place (`build` is then never called)."""
+    if plots_available() is not None:
+        return Note(missing_plot_note(title))
+    import plotly.graph_objects as go
+    import plotly.io
+
+    fig = build()
     if isinstance(fig, go.Figure):
         fig.update_layout(template="plotly_white", margin={"l": 60, "r": 30, "t": 80, "b": 50})
     html = plotly.io.to_html(
@@ -378,6 +462,8 @@ def _grid(
     rows: Sequence[object], cols: Sequence[object], title: str, *, height: int = 250, **subplots: object
 ) -> go.Figure:
     """The empty subplot grid (layout only) that `_facet_lines` and the heatmaps fill with plain traces."""
+    from plotly.subplots import make_subplots
+
     spacing = {"vertical_spacing": min(0.12, 0.35 / max(len(rows), 1))}
     fig = make_subplots(rows=len(rows), cols=len(cols), **spacing | subplots)
     fig.update_layout(
@@ -576,7 +662,8 @@ def _line_figures(
         title = f"{y_label}{' · ' + label if label else ''}"
         axes = {"x_type": "log", "x_dtick": "D2", "y_type": "log" if log_y else "linear", "label": y_label}
         axes |= {"y_dtick": "D2"} if log_y else {}
-        blocks.append(_figure(f"{name}-{i}", _facet_lines(ctx, agg, spec, title, **axes), caption))
+        build = partial(_facet_lines, ctx, agg, spec, title, **axes)
+        blocks.append(figure_block(f"{name}-{i}", title, build, caption))
     if note:
         blocks.append(Note(note))
     return blocks
@@ -640,7 +727,6 @@ def _speedup_heatmap(data: pd.DataFrame, variant: str) -> list[Block]:
     rows = all_rows[:MAX_HEATMAP_ROWS]
     dtypes = _ordered(part["dtype"], DTYPE_ORDER)
     titles = [f"{_case_label(row_keys, r)} · {d}" for r in rows for d in dtypes]
-    fig = _grid(rows, dtypes, f"speedup of {variant} over full_softmax", height=230, subplot_titles=titles)
     grids = part.groupby([*row_keys, "dtype", "batch", "vocab"])["speedup_vs_full"].median()
     traces, limit = [], 1.0
     for r, row in enumerate(rows):
@@ -651,16 +737,25 @@ def _speedup_heatmap(data: pd.DataFrame, variant: str) -> list[Block]:
             grid = grids.loc[key].unstack("vocab").sort_index().sort_index(axis=1)
             limit = max(limit, float(np.nanmax(np.abs(np.log2(grid.to_numpy(dtype=float))))))
             traces.append(_heatmap_trace(grid, titles[r * len(dtypes) + c], _axes(r * len(dtypes) + c + 1)))
-    limit = min(math.ceil(limit), 4)
+    title = f"speedup of {variant} over full_softmax"
+    build = partial(_heatmap_grid, rows, dtypes, titles, traces, min(math.ceil(limit), 4), title)
+    blocks = [figure_block(f"speedup-{variant}", title, build, _speedup_caption(variant))]
+    if len(all_rows) > len(rows):
+        blocks.append(Note(f"speedup {variant}: {len(all_rows) - len(rows)} device/path rows not drawn."))
+    return blocks
+
+
+def _heatmap_grid(
+    rows: list[tuple], dtypes: list, titles: list[str], traces: list[dict], limit: int, title: str
+) -> dict:
+    """The heatmaps' figure: a panel per (row, dtype), one log2 colour scale centred at 1× up to 2**limit."""
+    fig = _grid(rows, dtypes, title, height=230, subplot_titles=titles)
     ticks = list(range(-limit, limit + 1))
     colorbar = {"title": {"text": "speedup"}, "tickvals": ticks, "ticktext": [f"{2.0**t:g}×" for t in ticks]}
     fig.update_layout(coloraxis={"colorscale": "RdBu", "cmin": -limit, "cmax": limit, "colorbar": colorbar})
     fig.update_xaxes(type="category", title_text="vocab", title_standoff=4)
     fig.update_yaxes(type="category", title_text="batch", title_standoff=4)
-    blocks: list[Block] = [_figure(f"speedup-{variant}", _plain(fig, traces), _speedup_caption(variant))]
-    if len(all_rows) > len(rows):
-        blocks.append(Note(f"speedup {variant}: {len(all_rows) - len(rows)} device/path rows not drawn."))
-    return blocks
+    return _plain(fig, traces)
 
 
 def _heatmap_trace(grid: pd.DataFrame, name: str, axes: tuple[str, str]) -> dict:
@@ -713,13 +808,13 @@ def _memory_figure(ctx: _Context) -> list[Block]:
     )
     title = "peak temporary memory per logit: measured (solid) vs the variant's model (dashed)"
     axes = {"x_type": "log", "x_dtick": "D2", "label": "temporary bytes per logit"}
-    fig = _facet_lines(ctx, long, spec, title, **axes)
+    build = partial(_facet_lines, ctx, long, spec, title, **axes)
     caption = (
         "Largest temporary a call allocates beyond its input, divided by batch × vocab (x axis; worst case "
         "over paths, k and logits). 2 bytes/logit is a bf16 [B, V] copy, 4 an fp32 one; 0: no [B, V] "
         "temporary."
     )
-    return [_figure("memory", fig, caption), _memory_table(agg)]
+    return [figure_block("memory", title, build, caption), _memory_table(agg)]
 
 
 def _memory_table(agg: pd.DataFrame) -> Table:
@@ -742,22 +837,7 @@ def _mismatch_figure(ctx: _Context) -> list[Block]:
     keys = ["device", "dtype", "logits"]
     agg = base.groupby(keys).apply(_weighted_mismatch, include_groups=False).reset_index()
     agg["percent"] = 100 * agg["mismatch"]
-    dtypes = _ordered(agg["dtype"], DTYPE_ORDER)
-    fig = px.bar(
-        agg,
-        x="logits",
-        y="percent",
-        color="dtype",
-        barmode="group",
-        facet_col="device" if ctx.several_devices else None,
-        text=agg["percent"].map(lambda v: f"{v:.3g}"),
-        hover_data=["device", "dtype", "logits", "cases", "rows", "worst_case"],
-        labels={"percent": "rows with a different top token (%)", "logits": "logits distribution"},
-        category_orders={"dtype": dtypes},
-        title="How often full_softmax picks a different top token than the float64 reference",
-    )
-    fig.update_layout(height=440, legend={"title": {"text": "dtype"}})
-    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    title = "How often full_softmax picks a different top token than the float64 reference"
     caption = (
         "Share of finite rows whose first full_softmax token is neither the float64 reference's token nor an "
         "equal-logit tie of it (rows pooled over shapes and paths; the worst single case in the hover). In "
@@ -769,7 +849,29 @@ def _mismatch_figure(ctx: _Context) -> list[Block]:
         f"Worst: {_pct(worst['mismatch'])} of rows for {worst['dtype']} logits '{worst['logits']}' "
         f"on {worst['device']}."
     )
-    return [headline, _figure("top1-mismatch", fig, caption)]
+    build = partial(_mismatch_bars, agg, title, ctx.several_devices)
+    return [headline, figure_block("top1-mismatch", title, build, caption)]
+
+
+def _mismatch_bars(agg: pd.DataFrame, title: str, several_devices: bool) -> go.Figure:
+    import plotly.express as px
+
+    fig = px.bar(
+        agg,
+        x="logits",
+        y="percent",
+        color="dtype",
+        barmode="group",
+        facet_col="device" if several_devices else None,
+        text=agg["percent"].map(lambda v: f"{v:.3g}"),
+        hover_data=["device", "dtype", "logits", "cases", "rows", "worst_case"],
+        labels={"percent": "rows with a different top token (%)", "logits": "logits distribution"},
+        category_orders={"dtype": _ordered(agg["dtype"], DTYPE_ORDER)},
+        title=title,
+    )
+    fig.update_layout(height=440, legend={"title": {"text": "dtype"}})
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    return fig
 
 
 def _weighted_mismatch(part: pd.DataFrame) -> pd.Series:
@@ -1251,4 +1353,4 @@ def _frame_environment(frame: pd.DataFrame) -> dict[str, str]:
     return values
 
 
-__all__ = ["DEFAULT_TITLE", "build_report"]
+__all__ = ["DEFAULT_TITLE", "build_report", "figure_block", "missing_plot_note", "plots_available"]

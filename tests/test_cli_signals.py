@@ -1,0 +1,151 @@
+"""Exit codes and signals of the command line: SIGTERM stops a command as SIGINT does (what was measured is
+written, exit 130), an unexpected exception is one line and exit 4, and the codes are distinct and listed
+in `perfsuite --help`."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perfsuite import cli, kernels
+from perfsuite.kernels import resources
+
+ROOT = Path(__file__).parents[1]
+CODES = {
+    "done": cli.EXIT_OK,
+    "finding": cli.EXIT_PARITY,
+    "bad input": cli.EXIT_USAGE,
+    "call skipped": cli.EXIT_SKIPPED,
+    "internal error": cli.EXIT_INTERNAL,
+    "interrupted": cli.EXIT_INTERRUPTED,
+}
+LONG_SWEEP = """
+name = "long"
+device = "cpu"
+[sweep]
+variants = ["full_softmax", "identity", "argmax_ones"]
+dtypes = ["bfloat16", "float32"]
+vocab = [1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500, 6000, 6500, 7000, 7500, 8000, 8500]
+batch = [1, 2, 3, 4, 5, 6, 7, 8]
+topk = [1, 2, 3, 4]
+logits = ["gaussian"]
+[timing]
+warmup = 1
+reps = 3
+max_seconds = 0.01
+"""
+LONG_SWEEP_CASES = 3 * 2 * 16 * 8 * 4  # minutes of cases: the signal comes long before the end
+TWO_SHAPES = """
+name = "two"
+device = "cpu"
+[sweep]
+variants = ["triton_auto"]
+dtypes = ["bfloat16"]
+vocab = [1000, 2000]
+batch = [1]
+topk = [1]
+logits = ["gaussian"]
+"""
+
+
+def test_exit_codes_are_distinct_and_listed_in_help(capsys):
+    assert len(set(CODES.values())) == len(CODES)
+    assert cli.EXIT_REGRESSION == cli.EXIT_PROBLEM == cli.EXIT_PARITY  # findings of compare and kernels
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listed = re.findall(r"^ {2}(\d+) ", capsys.readouterr().out, re.M)
+    assert sorted(map(int, listed)) == sorted(CODES.values())
+
+
+def _broken(args) -> int:
+    raise RuntimeError("the registry\nis broken")
+
+
+def test_an_internal_error_is_one_line_naming_the_traceback_file(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(cli, "_cmd_variants", _broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    assert cli.main(["variants"]) == cli.EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("perfsuite: internal error: RuntimeError: the registry is broken (traceback in ")
+    (written,) = tmp_path.glob("perfsuite-error-*.txt")
+    assert str(written) in err
+    assert written.read_text().startswith("Traceback (most recent call last)")
+    assert "_broken" in written.read_text()
+
+
+def test_debug_puts_the_traceback_on_stderr(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_cmd_variants", _broken)
+    monkeypatch.setenv(cli.DEBUG_ENV, "1")
+    assert cli.main(["variants"]) == cli.EXIT_INTERNAL
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "Traceback (most recent call last):"
+    assert err[-1] == "perfsuite: internal error: RuntimeError: the registry is broken (traceback above)"
+
+
+def test_sigterm_interrupts_a_command_and_the_handler_is_restored(monkeypatch, capsys):
+    def waits_for_a_signal(args) -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs at the next bytecode: long before this loop ends
+            time.sleep(0.01)
+        return cli.EXIT_OK
+
+    monkeypatch.setattr(cli, "_cmd_variants", waits_for_a_signal)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["variants"]) == cli.EXIT_INTERRUPTED
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert capsys.readouterr().err == "perfsuite: interrupted\n"
+
+
+def test_interrupted_kernels_writes_the_launches_compiled_so_far(monkeypatch, tmp_path, capsys):
+    scenario, csv = tmp_path / "two.toml", tmp_path / "kernels.csv"
+    scenario.write_text(TWO_SHAPES)
+    compiled = []
+
+    def compile_then_stop(shapes, targets, asm) -> pd.DataFrame:
+        if compiled:
+            raise KeyboardInterrupt
+        compiled.append(shapes)
+        return pd.DataFrame([{"target": targets[0], "vocab": shapes[0][2], "registers": 40}])
+
+    monkeypatch.setattr(resources, "plan_resources", compile_then_stop)
+    monkeypatch.setattr(kernels, "triton_installed", lambda: True)
+    monkeypatch.setattr(kernels, "interpreting", lambda: False)
+    command = ["kernels", str(scenario), "--target", "sm_90", "--csv", str(csv)]
+    assert cli.main(command) == cli.EXIT_INTERRUPTED
+    assert pd.read_csv(csv).to_dict("records") == [{"target": "sm_90", "vocab": 1000, "registers": 40}]
+    assert "interrupted: 1 launches compiled, written" in capsys.readouterr().err
+
+
+def test_sigterm_mid_sweep_writes_the_results_and_exits_130(tmp_path):
+    scenario, out = tmp_path / "long.toml", tmp_path / "out"
+    scenario.write_text(LONG_SWEEP)
+    command = [sys.executable, "-m", "perfsuite", "run", str(scenario), "--out", str(out), "--no-progress"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rows = out / "results.jsonl"
+    try:
+        for _ in range(3000):  # until the first row is logged (at most 5 minutes)
+            if process.poll() is not None or (rows.exists() and rows.stat().st_size):
+                break
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == cli.EXIT_INTERRUPTED, stderr[-3000:]
+    assert "interrupted: what was measured is written" in stderr and "Traceback" not in stderr
+    results = pd.read_csv(out / "results.csv")
+    assert 1 <= len(results) < LONG_SWEEP_CASES and (results["status"] == "ok").all()
+    assert (out / "report.html").stat().st_size > 0

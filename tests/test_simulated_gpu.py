@@ -1,0 +1,285 @@
+"""The simulated GPU (`perfsuite.simulated_gpu`): what it says it is, the CUDA rules it enforces, and the GPU
+code paths of perfsuite run on it (the eight findings of the first-GPU-contact review among them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from perfsuite import cli, device, inputs, memory, paths, profiling, simulated_gpu, timing, variants
+from perfsuite.kernels import plan as plans
+from perfsuite.scenario import Timing
+from perfsuite.simulated_gpu import runtime
+
+ROOT = Path(__file__).parents[1]
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU is present")
+
+SCENARIO = """
+name = "sim"
+device = "auto"
+[[sweep]]
+variants = {variants}
+paths = ["eager", "graph", "compile"]
+dtypes = ["bfloat16"]
+vocab = [{vocab}]
+batch = [2]
+topk = [1, 4]
+logits = ["gaussian"]
+[timing]
+warmup = 1
+reps = 3
+max_seconds = 0.01
+graph_unroll = 2
+l2 = "{l2}"
+"""
+EVERY_VARIANT = '["full_softmax", "argmax_ones", "identity", "triton_fused", "triton_split", "triton_auto"]'
+
+
+def _scenario(folder: Path, l2: str = "cold", variants: str = EVERY_VARIANT, vocab: int = 1500) -> Path:
+    path = folder / "s.toml"
+    path.write_text(SCENARIO.format(l2=l2, variants=variants, vocab=vocab))
+    return path
+
+
+def test_each_model_says_what_it_is(simulated):
+    info = device.detect()
+    rocm = simulated.backend == "rocm"
+    assert info.is_gpu and info.simulated and info.name.endswith("(simulated)")
+    assert info.backend == ("rocm" if rocm else "cuda")
+    assert info.arch == ("gfx942:sramecc+:xnack-" if rocm else "sm_90")
+    assert info.runtime == (f"HIP {simulated.runtime}" if rocm else f"CUDA {simulated.runtime}")
+    assert info.peak_gbps == (5300.0 if rocm else 4800.0)
+    assert info.graph_unroll_cap == (8 if rocm else 64)
+    assert info.cache_bytes == (256 << 20 if rocm else 64 << 20)  # MI300X: the Infinity Cache counts
+    hw = plans.hardware("cuda:0")
+    assert (hw.sms, hw.warp_size) == ((304, 64) if rocm else (132, 32))
+    free, total = torch.cuda.mem_get_info()
+    assert total == simulated.total_memory and 0 < free <= runtime.host_available_bytes()
+
+
+def test_uninstall_gives_the_cpu_back():
+    with simulated_gpu.simulated("h200"):
+        assert torch.cuda.is_available() and device.detect().simulated
+    assert not torch.cuda.is_available() and simulated_gpu.active() is None
+    assert device.detect().backend == "cpu" and torch.version.hip is None
+    assert torch.zeros(2).device.type == "cpu"
+
+
+def test_unknown_model_is_one_clear_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfsuite", "variants"],
+        env={**os.environ, simulated_gpu.ENV: "a100"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "unknown simulated GPU 'a100'; known: h200, mi300x" in proc.stderr
+
+
+def test_device_tensors_live_on_the_host_and_say_cuda(gpu):
+    x = torch.arange(6.0, device="cuda").reshape(2, 3)
+    assert x.device == torch.device("cuda", 0) and x.is_cuda and x.get_device() == 0
+    host = x.cpu()
+    assert host.device.type == "cpu" and not host.is_cuda
+    host[0, 0] = 100.0  # a copy, not the device tensor
+    assert x[0, 0].item() == 0.0
+    assert (x + 1).is_cuda and x.to(torch.float16).is_cuda and host.to("cuda").is_cuda
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        _ = x + host
+
+
+def test_capture_refuses_host_syncs_and_uploads(gpu):
+    x = torch.randn(4, 64, device="cuda")
+    host = torch.ones(4, 64)
+    breaking = {
+        ".item()": lambda: x.sum().item(),
+        "bool()": lambda: bool(x.max() > 0),
+        ".cpu()": lambda: x.cpu(),
+        ".tolist()": lambda: x[0].tolist(),
+        "nonzero": lambda: x.nonzero(),
+        "synchronize": lambda: torch.cuda.synchronize(),
+        "upload": lambda: host.to("cuda"),
+        "torch.tensor": lambda: torch.tensor([1.0, 2.0], device="cuda"),
+    }
+    for what, step in breaking.items():
+        graph = torch.cuda.CUDAGraph()
+        refused = pytest.raises(runtime.CaptureViolation, match="not permitted when stream is capturing")
+        with refused, torch.cuda.graph(graph):
+            step()
+        assert runtime.state().capture is None, what  # the failed capture is over
+        with pytest.raises(RuntimeError, match="never captured"):
+            graph.replay()
+    assert x.sum().item() == pytest.approx(float(x.cpu().sum()))  # outside a capture they are fine
+
+
+@pytest.mark.parametrize("name", ["identity", "triton_split"])
+def test_replay_runs_on_the_captured_tensors(gpu, name):
+    """As on a GPU: a replay reads what the captured input buffer holds now, writes the captured outputs,
+    and never sees a tensor swapped in after the capture."""
+    select = variants.get(name).select
+    logits = inputs.make_logits("gaussian", 3, 700, torch.float32, device="cuda")
+    call = paths.GraphCall(lambda: select(logits, 2), gpu)
+    first = call()[1].clone()
+    logits.copy_(torch.flip(logits, dims=[1]))  # new values in the captured buffer
+    assert torch.equal(call()[1], 699 - first)
+    stale = call()[1].clone()
+    logits = torch.randn(3, 700, device="cuda")  # a new tensor: the graph never sees it
+    assert torch.equal(call()[1], stale)
+
+
+def test_allocator_statistics_count_what_a_call_allocates(gpu):
+    logits = inputs.make_logits("gaussian", 8, 5000, torch.bfloat16, device="cuda")
+    info = device.detect()
+    identity = memory.peak_temp_bytes(lambda: variants.get("identity")(logits, 1), info)
+    softmax = memory.peak_temp_bytes(lambda: variants.get("full_softmax")(logits, 1), info)
+    assert identity >= 8 * 5000 * 4  # the fp32 exp temporary
+    assert softmax >= 8 * 5000 * 2  # the bf16 probabilities
+    before = torch.cuda.memory_allocated()
+    kept = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.memory_allocated() == before + (1 << 20)
+    del kept
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_cold_graph_sampler_times_every_variant(gpu):
+    """Finding 1: the flush-only graph called bool() on the flush buffer: every cold graph case errored."""
+    info = device.detect()
+    logits = inputs.make_logits("gaussian", 2, 900, torch.bfloat16, device="cuda")
+    for name in variants.names():
+        prepared = paths.prepare("graph", variants.get(name).select, logits, 2)
+        sampler = timing.sampler_for(prepared, info, Timing(l2="cold", graph_unroll=2))
+        assert sampler.sample() >= 0, name
+        assert sampler.method == "graph replay x2"
+
+
+def test_eager_launches_queue_behind_a_spin_that_covers_them(gpu):
+    """Finding 7: with a cold cache the flush could finish before a slow-to-launch call was queued, so
+    launch gaps counted as device time. The GPU now spins after the flush for twice the queueing time."""
+    info = device.detect()
+    slow_to_queue = 0.004
+
+    def call():
+        time.sleep(slow_to_queue)  # the host's launch overhead (a dozen ops, a Triton launch)
+        return ()
+
+    prepared = paths.PreparedCall("eager", call, call, graphed=False)
+    sampler = timing.sampler_for(prepared, info, Timing(l2="cold"))
+    log = runtime.state().log
+    log.clear()
+    sampler.sample()
+    kinds = [kind for kind, _ in log]
+    assert kinds[:3] == ["sleep", "event", "event"], kinds
+    cycles = log[0][1]
+    assert cycles >= timing.SPIN_MARGIN * slow_to_queue * timing.SPIN_CLOCK_HZ
+
+
+def test_profile_and_call_mark_the_nvtx_range(gpu, tmp_path):
+    scenario = _scenario(tmp_path, variants='["identity", "triton_split"]')
+    log = runtime.state().log
+    log.clear()
+    case_id = "identity/eager/bfloat16/V1500/B2/k1/gaussian"
+    assert cli.main(["call", str(scenario), case_id, "--calls", "2"]) == 0
+    assert [d for k, d in log if k == "range_push"] == ["perfsuite.identity.eager"] * 2
+    out = tmp_path / "profile"
+    only = ["--only", "*/graph/*k1*", "--calls", "2"]
+    assert cli.main(["profile", str(scenario), "--out", str(out), *only]) == 0
+    cases = pd.read_csv(out / "cases.csv")
+    assert len(cases) == 2 and set(cases["status"]) == {"ok"}, cases[["case_id", "status", "reason"]]
+    assert any(p.suffix == ".json" for p in out.rglob("*.pt.trace.json"))
+    with profiling.marked("perfsuite.x.eager", gpu):
+        pass
+    assert ("range_pop", "perfsuite.x.eager") in log
+
+
+def test_run_every_variant_eager_and_graph(simulated, tmp_path):
+    l2 = "cold" if simulated.backend == "cuda" else "hot"  # both cache states, one run per model
+    scenario = _scenario(tmp_path, l2)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(scenario), "--out", str(out), "--no-progress"]) == 0
+    frame = pd.read_csv(out / "results.csv")
+    assert len(frame) == 36
+    compiled = frame[frame["path"] == "compile"]
+    assert set(compiled["status"]) == {"skipped"}
+    assert compiled["reason"].str.contains("torch.compile is not simulated").all()
+    measured = frame[frame["path"] != "compile"]
+    assert set(measured["status"]) == {"ok"}, measured[["case_id", "reason"]].to_string()
+    assert measured["verdict"].isin(["pass", "inexact"]).all()
+    assert measured["simulated"].all() and measured["device"].str.endswith("(simulated)").all()
+    assert measured["timing"].str.endswith("(simulated GPU: host clock)").all()
+    unroll = 2  # under both models' caps
+    graph = measured[measured["path"] == "graph"]
+    assert graph["timing"].str.startswith(f"graph replay x{unroll}").all()
+    assert (out / "edge_cases.csv").exists()
+    html = (out / "report.html").read_text()
+    assert 'id="simulated"' in html and f"Simulated GPU ({simulated.name})" in html
+
+
+def test_the_env_switch_runs_any_command_simulated(tmp_path):
+    scenario = _scenario(tmp_path, variants='["identity", "triton_split"]')
+    env = {**os.environ, simulated_gpu.ENV: "mi300x"}
+    env.pop("TRITON_INTERPRET", None)  # the switch sets it
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "perfsuite", "run", str(scenario), "--out", str(out), "--no-progress"]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["backend"] for r in rows} == {"rocm"} and all(r["simulated"] for r in rows)
+    assert {r["status"] for r in rows if r["path"] != "compile"} == {"ok"}
+
+
+def test_tune_fills_its_table_on_the_graph_path(gpu, tmp_path):
+    """Finding 1 also left the tuned table empty (every cold graph candidate errored)."""
+    scenario = _scenario(tmp_path, variants='["triton_auto"]', vocab=300)
+    scenario.write_text(
+        scenario.read_text()
+        .replace('paths = ["eager", "graph", "compile"]', 'paths = ["graph"]')
+        .replace("topk = [1, 4]", "topk = [1]")
+    )
+    table, csv = tmp_path / "tuned.json", tmp_path / "tune.csv"
+    assert cli.main(["tune", str(scenario), "--out", str(table), "--csv", str(csv)]) == 0
+    entries = json.loads(table.read_text())["entries"]
+    assert len(entries) == 1 and entries[0]["vocab"] == 300
+    rows = pd.read_csv(csv)
+    assert len(rows) >= 5 and rows["verdict"].eq("pass").all(), rows[["verdict", "reason"]]
+    assert json.loads(table.read_text())["device"].endswith("(simulated)")
+
+
+@pytest.mark.parametrize(
+    "module", ["test_run.py", "test_profiling.py", "test_counters.py", "test_long_runs.py"]
+)
+def test_tests_with_cpu_expectations_name_the_cpu(module):
+    """Finding 4: scenarios left at device "auto" ran on the GPU with CPU expectations (and ncu twice)."""
+    import ast
+
+    tree = ast.parse((Path(__file__).parent / module).read_text())
+    scenarios = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "sweep]" in node.value
+    ]
+    assert scenarios
+    for text in scenarios:
+        assert 'device = "cpu"' in text, text[:80]
+
+
+def test_a_capture_computes_nothing_that_lasts(gpu):
+    """As on a GPU: memory the capture wrote keeps its old contents, memory it allocated is garbage until the
+    first replay, so an output read before any replay is wrong here as it is there."""
+    x = torch.arange(8.0, device="cuda")
+    static = torch.zeros(8, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2
+        static.copy_(y + 1)
+    assert torch.equal(static, torch.zeros(8, device="cuda")) and torch.isnan(y).all()
+    graph.replay()
+    assert torch.equal(y, x * 2) and torch.equal(static, x * 2 + 1)
