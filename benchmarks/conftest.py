@@ -13,7 +13,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from perfsuite.device import detect
-from perfsuite.runner import CaseRunner, environment
+from perfsuite.environment import environment
+from perfsuite.kernel_case import KernelCaseRunner
 from perfsuite.scenario import ScenarioError, expand, load
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "quick.toml"
@@ -40,7 +41,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def case_runner(pytestconfig: pytest.Config) -> CaseRunner:
+def case_runner(pytestconfig: pytest.Config) -> KernelCaseRunner:
     scenario = _scenario(pytestconfig)
     info = detect(scenario.device)
-    return CaseRunner(info, environment(info, scenario.name))
+    return KernelCaseRunner(info, environment(info, scenario.name))

@@ -13,14 +13,15 @@ from __future__ import annotations
 import pytest
 
 from perfsuite import timing
-from perfsuite.runner import CaseRunner, case_row
+from perfsuite.kernel_case import KernelCaseRunner
+from perfsuite.rows import case_row
 from perfsuite.scenario import Case
 
 CLOCK = timing.SampleClock()
 
 
 @pytest.mark.benchmark(timer=CLOCK)
-def test_selection(benchmark, case: Case, case_runner: CaseRunner) -> None:
+def test_selection(benchmark, case: Case, case_runner: KernelCaseRunner) -> None:
     reason = case_runner.skip_reason(case)
     if reason:
         pytest.skip(reason)

@@ -121,7 +121,7 @@ def _status_counts(rows: pd.DataFrame) -> str:
 
 
 def _print_counters(frame: pd.DataFrame) -> None:
-    from perfsuite.counters import FLAG_TOLERANCE, flagged
+    from perfsuite.schema import FLAG_TOLERANCE, flagged
 
     measured = frame[frame["bytes_measured"].notna()]
     if measured.empty:
@@ -235,22 +235,6 @@ def _sibling(path: Path, n_results: int) -> Path | None:
     return path if n_results == 1 and path.exists() else None
 
 
-KERNEL_COLUMNS = [
-    "target",
-    "dtype",
-    "kernel",
-    "constants",
-    "num_warps",
-    "rows_aligned",
-    "registers",
-    "spill_bytes",
-    "shared_bytes",
-    "occupancy",
-    "widest_load_bytes",
-    "error",
-]
-
-
 def _cmd_kernels(args: argparse.Namespace) -> int:
     from perfsuite import kernels
     from perfsuite.inputs import dtype_of
@@ -268,49 +252,27 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         os.environ.pop(kernels.INTERPRET_ENV)  # Triton not imported yet: compile, do not interpret
     cases = expand(load(args.scenario))
     shapes = {(dtype_of(c.dtype), c.batch, c.vocab, c.topk) for c in cases}
-    table, interrupted = _compile_shapes(shapes, targets, Path(args.asm) if args.asm else None)
+    asm = Path(args.asm) if args.asm else None
+    table, interrupted = resources.compile_report(shapes, targets, asm, jobs=args.jobs)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False)
     if interrupted:
         print(f"interrupted: {len(table)} launches compiled, written", file=sys.stderr)
         return EXIT_INTERRUPTED
-    # a distinct kernel: same configuration and same findings (alignment may change the compiled code)
-    shapes_of = table.groupby(KERNEL_COLUMNS, sort=False, dropna=False).size().rename("shapes")
-    distinct = table.drop_duplicates(KERNEL_COLUMNS).join(shapes_of, on=KERNEL_COLUMNS)
+    distinct = resources.distinct_kernels(table)
     print(f"{len(shapes)} shapes, {len(distinct)} distinct kernels compiled")
-    print(distinct[[*KERNEL_COLUMNS, "shapes"]].to_string(index=False))
-    bad = distinct[(distinct["error"] != "") | (distinct["spill_bytes"].fillna(0) > 0)]
+    print(distinct.to_string(index=False))
+    bad = resources.problems(distinct)
     for row in bad.itertuples():
         problem = row.error or f"spills {row.spill_bytes} bytes per thread"
         print(f"perfsuite: {row.target} {row.kernel} {row.dtype} {row.constants}: {problem}", file=sys.stderr)
     return EXIT_PROBLEM if len(bad) else EXIT_OK
 
 
-def _compile_shapes(shapes: set[tuple], targets: list[str], asm: Path | None) -> tuple[pd.DataFrame, bool]:
-    """`resources.plan_resources`, one target and shape at a time: an interruption keeps the rows compiled
-    so far. Returns the rows and whether it was interrupted."""
-    from perfsuite.kernels import resources
-
-    frames = []
-    try:
-        for target in targets:
-            for shape in sorted(shapes, key=str):
-                frames.append(resources.plan_resources([shape], [target], asm))
-    except KeyboardInterrupt:
-        return _concat(frames), True
-    return _concat(frames), False
-
-
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=KERNEL_COLUMNS)
-
-
 def _cmd_tune(args: argparse.Namespace) -> int:
     from perfsuite import kernels
     from perfsuite.device import detect
-    from perfsuite.kernels import plan as plans
     from perfsuite.kernels import tuned, tuner
 
     scenario = load(args.scenario)
@@ -318,17 +280,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     reason = kernels.availability(info.device)
     if reason:
         raise UsageError(f"`tune` times the Triton kernels: {reason}")
-    name = tuned.slug(plans.hardware(info.device).name or info.name)
-    out = Path(args.out) if args.out else tuned.PACKAGED / f"{name}.json"
+    out = Path(args.out) if args.out else tuned.default_path(info)
     csv = Path(args.csv) if args.csv else out.with_suffix(".csv")
-    for path in (out, csv):
-        path.parent.mkdir(parents=True, exist_ok=True)
     shapes = tuner.shapes_of(expand(scenario))
     print(f"tuning {len(shapes)} shapes on {info.name} -> {out}")
 
     def write_as_it_goes(case, timed: list[tuner.Timed], outcome: tuner.TuneOutcome) -> None:
-        tuned.write_table(out, outcome.table)  # whole files: a kill mid-write leaves the previous ones
-        tuned.replace_text(csv, outcome.frame.to_csv(index=False))
+        tuner.write_outcome(outcome, out, csv)
         usable = [t.median_us for t in timed if t.usable]
         best = f"{min(usable):.2f} us" if usable else "no exact candidate"
         shape = f"{case.dtype} B{case.batch} V{case.vocab} k{case.topk}"
@@ -454,6 +412,7 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--csv", help="write every (target, shape, launch) row as CSV")
     s.add_argument("--asm", help="write each distinct kernel's TTGIR, PTX and SASS (NVIDIA) or AMDGCN here")
+    s.add_argument("--jobs", type=_positive, help="compile in this many processes (default: the CPU count)")
     s.set_defaults(func=_cmd_kernels)
 
     s = sub.add_parser(

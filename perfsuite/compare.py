@@ -1,6 +1,6 @@
 """Run-to-run comparison: match the cases of two results files and flag what got slower or less exact.
 
-Matching: two rows are the same case when `results.CASE_KEYS` (variant, path, dtype, vocab, batch, topk,
+Matching: two rows are the same case when `schema.CASE_KEYS` (variant, path, dtype, vocab, batch, topk,
 logits, l2, tp) and the device name are equal (`ignore_device` drops the device, to compare two machines).
 Noise rule: a case is slower when new median / base median exceeds 1 + threshold AND, where both rows carry
 p20/p80, the new p20 is above the base p80 (the middle 60 % of the two runs' samples do not overlap);
@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite.report.load import load_results
-from perfsuite.results import CASE_KEYS
+from perfsuite.schema import CASE_KEYS
 
 KEYS = (*CASE_KEYS, "device")
 VERDICT_RANK = {"pass": 0, "inexact": 1, "fail": 2}

@@ -36,14 +36,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-if TYPE_CHECKING:  # torch-free at import: the report reads `numeric` and `flagged` from here
+if TYPE_CHECKING:  # torch-free at import
     from perfsuite.device import DeviceInfo
     from perfsuite.scenario import Case
 
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 ROCPROF_COUNTERS = ("FETCH_SIZE", "WRITE_SIZE")  # KiB fetched from / written to video memory
-FLAG_TOLERANCE = 0.20
-"""Measured and modelled bytes more than this far apart (relative to the model) are flagged."""
 MEASURED_COLUMNS = (
     "bytes_measured",
     "bytes_read_measured",
@@ -192,14 +190,6 @@ def row_values(measured: Measured | None, bytes_model: float, note: str) -> dict
         "bytes_measured_vs_model": ratio,
         "counters": note,
     }
-
-
-def flagged(frame: pd.DataFrame, tolerance: float = FLAG_TOLERANCE) -> pd.Series:
-    """Rows whose measured bytes differ from the model by more than `tolerance` (of the model)."""
-    if "bytes_measured_vs_model" not in frame:
-        return pd.Series(False, index=frame.index)
-    ratio = pd.to_numeric(frame["bytes_measured_vs_model"], errors="coerce")
-    return ((ratio - 1).abs() > tolerance).fillna(False)
 
 
 # ------------------------------------------------------------------------------------------ the tools

@@ -7,7 +7,7 @@
 The same Chrome-trace JSON opens in Perfetto (ui.perfetto.dev) and Holistic Trace Analysis. Every variant
 call runs inside a range named `perfsuite.<variant>.<path>` (`record_function`, plus an NVTX range on
 CUDA, which ROCm maps to ROCTx), so its kernels are easy to find, and the kernel table keeps only what was
-launched inside it. Cases are prepared by `CaseRunner.prepare`, so the profiled call is the measured one
+launched inside it. Cases are prepared by `KernelCaseRunner.prepare`, so the profiled call is the measured one
 (eager, graph replay or torch.compile), with the cache flushed before each call when the case is timed cold.
 """
 
@@ -32,8 +32,9 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule,
 
 from perfsuite import timing
 from perfsuite.device import DeviceInfo, detect, synchronize
+from perfsuite.kernel_case import KernelCaseRunner
 from perfsuite.memory import native_stderr_silenced
-from perfsuite.runner import CaseRunner, case_row
+from perfsuite.rows import case_row
 from perfsuite.scenario import Case, Scenario, ScenarioError, expand
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -216,7 +217,9 @@ def _case_columns(case: Case, info: DeviceInfo) -> dict[str, object]:
     return {**case_row(case, {"device": info.name, "backend": info.backend}), "run": run_name(case)}
 
 
-def profile_case(runner: CaseRunner, case: Case, out_dir: Path, calls: int) -> tuple[dict, pd.DataFrame]:
+def profile_case(
+    runner: KernelCaseRunner, case: Case, out_dir: Path, calls: int
+) -> tuple[dict, pd.DataFrame]:
     """Trace one case; its row for cases.csv and its kernel rows (empty when skipped or broken)."""
     row = _case_columns(case, runner.info)
     try:
@@ -267,7 +270,7 @@ def profile_scenario(
 ) -> ProfileOutcome:
     """A trace per case of the scenario under `out_dir`, then kernels.csv and cases.csv."""
     info = detect(scenario.device)
-    runner = CaseRunner(info, {"device": info.name, "backend": info.backend})
+    runner = KernelCaseRunner(info, {"device": info.name, "backend": info.backend})
     cases = select_cases(expand(scenario), only)
     if not cases:
         raise ScenarioError(f"{scenario.source}: no case matches {only!r} (`perfsuite list` shows them)")
@@ -341,7 +344,7 @@ def call_case(scenario: Scenario, case_id: str, *, calls: int = 1, roctx_region:
         raise ScenarioError(f"{scenario.source}: no case {case_id!r} (`perfsuite list` shows them)")
     case = cases[case_id]
     info = detect(scenario.device)
-    runner = CaseRunner(info, {"device": info.name})
+    runner = KernelCaseRunner(info, {"device": info.name})
     reason = runner.skip_reason(case)
     if reason:
         return reason

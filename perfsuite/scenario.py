@@ -31,31 +31,12 @@ from typing import Any
 from perfsuite import checks, inputs, variants
 from perfsuite.checks import ScenarioError
 from perfsuite.paths import PATHS
+from perfsuite.settings import Inputs, Timing
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-@dataclass(frozen=True)
-class Timing:
-    """How each case is timed."""
-
-    warmup: int = 10  # untimed calls first (compilation, caches, clocks)
-    reps: int = 100  # timed samples per case, at most
-    max_seconds: float = 2.0  # stop sampling a case after this long (keeps huge cases bounded)
-    l2: str = "cold"  # cold: flush the cache before each sample (bandwidth roofline); hot: no flush
-    graph_unroll: int = 20  # calls captured in one graph for replay timing (capped on ROCm)
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """How logits are generated."""
-
-    seed: int = 0
-    row_pad: int = 0  # >0: logits are a row-strided view of a wider buffer with poisoned padding
-    scale: float = inputs.DEFAULT_SCALE
 
 
 @dataclass(frozen=True)

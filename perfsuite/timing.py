@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -22,7 +22,7 @@ import torch
 from perfsuite import simulated_gpu
 from perfsuite.device import DeviceInfo
 from perfsuite.paths import Call, GraphCall, Outputs, PreparedCall
-from perfsuite.scenario import Timing
+from perfsuite.settings import Timing
 
 SPIN_MIN_CYCLES = 100_000
 """The shortest GPU spin before a sample (about 50 us): the host queues the timed call meanwhile."""
@@ -185,15 +185,33 @@ def sampler_for(prepared: PreparedCall, info: DeviceInfo, timing: Timing) -> Sam
     return EventSampler(prepared.run, flush)
 
 
-def measure(sampler: Sampler, timing: Timing) -> Samples:
-    """Warm up, then sample until `reps` samples or `max_seconds` have passed (at least 3 samples)."""
+Agree = Callable[[list[float]], list[float]]
+"""Turns one round's figures (each sampler's sample, then the elapsed time) into the figures every
+process of a group shares (tensor parallel: the max over ranks)."""
+
+
+def measure_in_turn(samplers: Sequence[Sampler], timing: Timing, agree: Agree | None = None) -> list[Samples]:
+    """The sampling loop: warm up, then sample the samplers in turn (A B C A B C ...) until `reps` rounds,
+    or `max_seconds` once there are 3, so samplers compared with each other are sampled in the same seconds
+    of machine time. With `agree`, every rank stops after the same round on the same figures."""
     for _ in range(timing.warmup):
-        sampler.sample()
-    seconds: list[float] = []
-    deadline = time.perf_counter() + timing.max_seconds
-    while len(seconds) < timing.reps and (len(seconds) < 3 or time.perf_counter() < deadline):
-        seconds.append(sampler.sample())
-    return Samples(tuple(seconds), sampler.method)
+        for sampler in samplers:
+            sampler.sample()
+    rounds: list[list[float]] = []
+    start = time.perf_counter()
+    while True:
+        figures = [sampler.sample() for sampler in samplers]
+        elapsed = time.perf_counter() - start
+        if agree is not None:
+            *figures, elapsed = agree([*figures, elapsed])
+        rounds.append(figures)
+        if len(rounds) >= timing.reps or (len(rounds) >= 3 and elapsed >= timing.max_seconds):
+            return [Samples(tuple(r[i] for r in rounds), s.method) for i, s in enumerate(samplers)]
+
+
+def measure(sampler: Sampler, timing: Timing) -> Samples:
+    """`measure_in_turn` of one sampler."""
+    return measure_in_turn([sampler], timing)[0]
 
 
 class SampleClock:

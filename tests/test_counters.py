@@ -15,15 +15,16 @@ from perfsuite.counters import (
     CounterCollector,
     CountersError,
     find_tool,
-    flagged,
     parse_ncu_csv,
     parse_rocprof_csv,
     row_values,
 )
 from perfsuite.device import DeviceInfo
 from perfsuite.report import build_report
-from perfsuite.results import COLUMNS, to_frame
+from perfsuite.results import to_frame
 from perfsuite.scenario import Case, Timing
+from perfsuite.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite.schema import flagged
 
 DATA = Path(__file__).parent / "data"
 H200 = DeviceInfo("cuda", "cuda:0", "NVIDIA H200", "CUDA 12.8", 4800.0, 64 << 20, "sm_90")

@@ -19,14 +19,16 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from perfsuite import kernels, parity, runner
+from perfsuite import kernels, parity
+from perfsuite import rows as row_pieces
 from perfsuite.device import detect
-from perfsuite.distributed import cases, group, launch, partials, report, rows, tp_variants
+from perfsuite.distributed import cases, group, launch, partials, rows, tp_variants
+from perfsuite.distributed.runner import CaseFailed, TPCaseRunner
 from perfsuite.distributed.shard import local_slice, padded_width, shard_of
 from perfsuite.distributed.tp_variants import Local, sharded_triton
-from perfsuite.distributed.worker import CaseFailed, TPCaseRunner
 from perfsuite.inputs import make_logits
 from perfsuite.kernels import plan as plans
+from perfsuite.report import tp_section as report
 from perfsuite.scenario import Case, ScenarioError, Timing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,7 +219,7 @@ def _scenario(where: Path, names: list[str], tps=(2,)) -> str:
 def test_rows_have_the_single_device_columns():
     case = Case("s", "identity", "eager", "bfloat16", 100, 1, 1, "gaussian")
     env = {"scenario": "s", "backend": "cpu"}
-    single = runner.case_row(case, env)
+    single = row_pieces.case_row(case, env)
     tp_row = rows.case_row(
         Case("s", "sharded_torch", "eager", "bfloat16", 100, 1, 1, "gaussian", tp=2), env, "gloo"
     )

@@ -16,7 +16,6 @@ import torch
 from perfsuite import kernels, scenario, variants
 from perfsuite.device import GRAPH_UNROLL_CAP, detect
 from perfsuite.draft import (
-    DRAFT_COLUMNS,
     DraftHead,
     DraftLoop,
     HeadConfig,
@@ -31,6 +30,7 @@ from perfsuite.draft import (
 from perfsuite.draft.consumer import compare, orphan_share
 from perfsuite.draft.counting import CPU_UNIT, count_kernels
 from perfsuite.report.draft_section import draft_html
+from perfsuite.schema import DRAFT_COLUMNS
 from perfsuite.variants.base import Variant
 
 TORCH_EXACT = ("identity",)

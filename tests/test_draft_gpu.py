@@ -24,7 +24,7 @@ from perfsuite.draft.clock import device_sampler
 from perfsuite.draft.consumer import identical
 from perfsuite.draft.graph import graph_body
 from perfsuite.paths import GraphCaptureError
-from perfsuite.scenario import Timing
+from perfsuite.settings import Timing
 
 pytestmark = pytest.mark.usefixtures("gpu")
 GPU = torch.device("cuda:0")

@@ -8,7 +8,7 @@ import torch
 from support import HAS_GPU, needs_real_gpu
 
 from perfsuite import device, inputs, memory, parity, paths, timing, variants
-from perfsuite.scenario import Timing
+from perfsuite.settings import Timing
 
 pytestmark = pytest.mark.usefixtures("gpu")
 VOCAB, BATCH = (151936, 16) if HAS_GPU else (2048, 4)  # the simulated GPU interprets Triton: small shapes

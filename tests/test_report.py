@@ -13,7 +13,8 @@ import plotly.offline
 import pytest
 
 from perfsuite.report import build_report, coerce, load_many, load_results, plots_available
-from perfsuite.results import COLUMNS, ResultsLog, to_frame, write_tables
+from perfsuite.results import ResultsLog, to_frame, write_tables
+from perfsuite.schema import RESULT_COLUMNS as COLUMNS
 
 VARIANTS = {
     "full_softmax": ("rounded", 1.0),

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from perfsuite import cli, memory, variants
-from perfsuite.results import COLUMNS
-from perfsuite.runner import CaseRunner
+from perfsuite.kernel_case import KernelCaseRunner
+from perfsuite.schema import RESULT_COLUMNS as COLUMNS
 from perfsuite.variants.base import Variant
 
 SCENARIO = """
@@ -116,7 +116,7 @@ def test_shapes_that_do_not_fit_are_skipped_with_the_reason(tmp_path, monkeypatc
 
 
 def test_interrupted_runs_keep_their_rows_and_resume(tmp_path, monkeypatch):
-    original = CaseRunner.run
+    original = KernelCaseRunner.run
     calls = {"n": 0}
 
     def interrupt_third(self, case):
@@ -125,11 +125,11 @@ def test_interrupted_runs_keep_their_rows_and_resume(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return original(self, case)
 
-    monkeypatch.setattr(CaseRunner, "run", interrupt_third)
+    monkeypatch.setattr(KernelCaseRunner, "run", interrupt_third)
     code, out = run(tmp_path)
     assert code == 130
     assert len(pd.read_csv(out / "results.csv")) == 2 and (out / "report.html").exists()
-    monkeypatch.setattr(CaseRunner, "run", original)
+    monkeypatch.setattr(KernelCaseRunner, "run", original)
     code, out = run(tmp_path, "--resume")
     frame = pd.read_csv(out / "results.csv")
     assert code == 0 and len(frame) == 24 and frame["case_id"].is_unique
@@ -218,7 +218,7 @@ def test_one_run_covers_kernels_tensor_parallel_and_the_draft_loop(tmp_path, cap
     out = tmp_path / "out"
     assert cli.main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
     frame = pd.read_csv(out / "results.csv")
-    assert set(frame["tp"]) == {1, 2} and set(frame["status"]) == {"ok"}
+    assert set(frame["tp"]) == {1, 2} and set(frame["status"]) == {"ok"}, frame[["case_id", "reason"]]
     tp = frame[frame["tp"] == 2].set_index("variant")
     assert set(tp["verdict"]) == {"pass"} and tp.loc["allgather_full_softmax", "speedup_vs_full"] == 1.0
     assert (tp["comm_bytes_model"] > 0).all()  # extra columns of tensor-parallel rows are kept

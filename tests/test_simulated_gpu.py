@@ -16,7 +16,7 @@ import torch
 
 from perfsuite import cli, device, inputs, memory, paths, profiling, simulated_gpu, timing, variants
 from perfsuite.kernels import plan as plans
-from perfsuite.scenario import Timing
+from perfsuite.settings import Timing
 from perfsuite.simulated_gpu import runtime
 
 ROOT = Path(__file__).parents[1]

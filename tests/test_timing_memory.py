@@ -7,7 +7,7 @@ import time
 import torch
 
 from perfsuite import device, inputs, memory, paths, timing, variants
-from perfsuite.scenario import Timing
+from perfsuite.settings import Timing
 
 CPU = device.detect("cpu")
 

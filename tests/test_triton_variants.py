@@ -25,6 +25,7 @@ from perfsuite import kernels, parity, variants  # noqa: E402
 from perfsuite.inputs import make_logits  # noqa: E402
 from perfsuite.kernels import plan as plans  # noqa: E402
 from perfsuite.kernels import topk_softmax as ts  # noqa: E402
+from perfsuite.kernels import triton_code as device_code  # noqa: E402
 from perfsuite.variants.base import ideal_traffic  # noqa: E402
 
 pytestmark = pytest.mark.triton
@@ -205,7 +206,7 @@ def test_unaligned_views_use_head_body_tail(dtype, offset, prefetch):
     logits[1, 0] = NAN  # head
     logits[2, vocab - 1] = INF  # tail
     layout = ts.RowLayout.of(logits)
-    assert layout.phase == (buffer.data_ptr() // logits.element_size() + offset) % layout.vec
+    assert layout.shift == (buffer.data_ptr() // logits.element_size() + offset) % layout.vec
     for select in (
         fused(32, prefetch),
         split(64, 16, prefetch),
@@ -222,9 +223,11 @@ def test_unaligned_views_use_head_body_tail(dtype, offset, prefetch):
 
 
 @triton.jit
-def _first_aligned_kernel(out_ptr, stride_row, base_phase, col_start, col_end, VEC: tl.constexpr):
+def _first_aligned_kernel(out_ptr, stride_row, shift, col_start, col_end, VEC: tl.constexpr):
     row = tl.program_id(0)
-    col = ts.first_aligned(ts._row_start(row, stride_row, base_phase) % VEC, col_start, col_end, VEC)
+    col = device_code.first_aligned(
+        device_code._row_start(row, stride_row, shift) % VEC, col_start, col_end, VEC
+    )
     tl.store(out_ptr + row, col)
 
 
@@ -237,11 +240,61 @@ def test_first_aligned_column_is_16_byte_aligned(dtype):
         view = buffer[:, offset : offset + 150]
         layout = ts.RowLayout.of(view)
         cols = torch.zeros(9, dtype=torch.int64, device=DEVICE)
-        _first_aligned_kernel[(9,)](cols, layout.stride, layout.phase, col_start, 150, VEC=layout.vec)
+        _first_aligned_kernel[(9,)](cols, layout.stride, layout.shift, col_start, 150, VEC=layout.vec)
         for row, col in enumerate(cols.tolist()):
             assert col_start <= col < col_start + layout.vec
             address = view.data_ptr() + (row * view.stride(0) + col) * view.element_size()
             assert address % ts.ALIGN_BYTES == 0, (offset, row, col)
+
+
+ELEMENT_OFFSETS = [(dtype, offset) for dtype in (BF16, F16) for offset in range(8)]
+ELEMENT_OFFSETS += [(F32, offset) for offset in range(4)]
+
+
+@pytest.mark.parametrize(("dtype", "offset"), ELEMENT_OFFSETS, ids=lambda v: str(v).removeprefix("torch."))
+def test_any_data_pointer_offset_gives_the_aligned_results(dtype, offset):
+    """Logits whose data pointer sits `offset` elements past a 16-byte boundary (`buf.view(-1)[offset:]`,
+    and column `offset` of a wider buffer): the kernels get that boundary as their base pointer and the
+    shift, and return what they return for an aligned copy: the same indices, the same probabilities
+    within fp32 rounding (the rows' 16-byte boundaries, so the lanes' summation order, differ). The
+    elements around the rows are poisoned (NaN, +inf: either would rank first if read)."""
+    batch, vocab, width = 2, 101, 109  # V and the row stride not multiples of 16 bytes
+    aligned = make_logits("gaussian", batch, vocab, dtype, seed=offset, device=DEVICE)
+    flat = torch.full((offset + batch * vocab + 8,), NAN, dtype=dtype, device=DEVICE)
+    flat_view = flat[offset : offset + batch * vocab].view(batch, vocab)
+    wide = torch.full((batch, width), INF, dtype=dtype, device=DEVICE)
+    strided = wide[:, offset : offset + vocab]
+    for view in (flat_view, strided):
+        view.copy_(aligned)
+        layout = ts.RowLayout.of(view)
+        assert layout.shift == offset  # fresh buffers start on a 16-byte boundary
+        assert ts.aligned_base(view, layout).data_ptr() % ts.ALIGN_BYTES == 0
+    for select in (fused(32), split(48, 16)):  # several tiles; several splits, the last one short
+        topk_p, topk_index = select(aligned, 4)
+        for view in (flat_view, strided):
+            p, idx = select(view, 4)
+            assert torch.equal(idx, topk_index), view.stride()
+            torch.testing.assert_close(p, topk_p, rtol=parity.EXACT_RTOL, atol=0)
+    assert_exact(aligned, 4, topk_p, topk_index)
+
+
+def test_storage_past_a_16_byte_boundary_falls_back_to_the_logits_pointer():
+    """Memory from outside torch's allocators can start past a 16-byte boundary: the boundary below the
+    logits is then outside their storage, so the kernels get the logits' own pointer (shift 0): narrower
+    loads, the same results (run here when the kernels run on the CPU: such storage is host memory)."""
+    raw = bytearray(4096)
+    start = torch.frombuffer(raw, dtype=torch.uint8).data_ptr()
+    skew = (2 - start) % ts.ALIGN_BYTES  # the storage starts one bf16 past a 16-byte boundary
+    logits = torch.frombuffer(raw, dtype=BF16, offset=skew, count=2 * 300).view(2, 300)
+    logits.copy_(make_logits("peaked", 2, 300, BF16, seed=8))
+    layout = ts.RowLayout.of(logits)
+    assert logits.storage_offset() == 0 and logits.data_ptr() % ts.ALIGN_BYTES == 2
+    assert layout.shift == 0 and ts.aligned_base(logits, layout) is logits
+    if DEVICE.type == "cpu":
+        copy = logits.clone()
+        for select in (fused(64), split(128, 32)):
+            (p, idx), (p_copy, idx_copy) = select(logits, 3), select(copy, 3)
+            assert torch.equal(idx, idx_copy) and torch.equal(p, p_copy)
 
 
 def test_launches_describe_the_plan():
@@ -273,7 +326,7 @@ def test_partials_layout():
 @triton.jit
 def _row_offsets_kernel(out_ptr, stride):
     row = tl.program_id(0)
-    tl.store(out_ptr + row, ts.row_offset(row, stride))
+    tl.store(out_ptr + row, device_code.row_offset(row, stride))
 
 
 def test_row_offsets_are_int64():

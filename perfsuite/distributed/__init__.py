@@ -7,10 +7,10 @@ top-k values and global indices: `B x (2 + 2k)` numbers per rank) and merges the
     tp_variants.names() / get(name)            the TP selectors (allgather_*, sharded_*), with models
     torchrun --nproc-per-node N -m perfsuite.distributed SCENARIO --tp N --out FILE.jsonl
     launch.run_tp_cases(scenario_path, cases, out_dir, env) -> Iterator[row]
-    report.tp_html(frame) -> str              HTML fragment: all-gather vs merge-partials per tp
 
 Modules: shard (who holds which columns), group (process group, collectives), partials (wire format
-and exact merge), tp_variants (registry), measure (timing over ranks), rows (row columns), worker (the
-per-rank sweep), cases (scenario loading), launch (torchrun from the main process), report (HTML).
+and exact merge), tp_variants (registry), rank_sampler (a sample over ranks), rows (row columns),
+runner (a case on every rank), worker (the per-rank sweep under torchrun), cases (scenario loading),
+launch (torchrun from the main process).
 Backends: NCCL on CUDA, RCCL on ROCm ("nccl" in torch), gloo on the CPU.
 """

@@ -65,7 +65,7 @@ def run_tp_cases(
     max_cpu_ranks: int | None = None,
 ) -> Iterator[dict]:
     """Run `cases` (from `scenario_path`) under torchrun, one process group per tp size; yield one row
-    per case. `env` holds the environment columns of the run (`runner.environment`); its `backend`
+    per case. `env` holds the environment columns of the run (`environment.environment`); its `backend`
     (cuda | rocm | cpu) picks NCCL/RCCL or gloo. `timeout_s` bounds each group (default: by its cases)."""
     backend = str(env.get("backend") or ("cuda" if torch.cuda.is_available() else "cpu"))
     by_tp: dict[int, list[Case]] = defaultdict(list)

@@ -8,7 +8,7 @@ same bits), parity_ranks (ranks whose parity was checked).
 
 from __future__ import annotations
 
-from perfsuite import inputs, memory, runner
+from perfsuite import inputs, memory, rows
 from perfsuite.device import DeviceInfo
 from perfsuite.distributed import tp_variants
 from perfsuite.scenario import Case
@@ -17,13 +17,13 @@ from perfsuite.variants.base import ideal_traffic
 
 
 def case_row(case: Case, env: dict[str, object], backend_pg: str) -> dict[str, object]:
-    """The identifying columns, as `runner.case_row` writes them, plus `backend_pg`."""
-    return {**runner.case_row(case, env), "backend_pg": backend_pg}
+    """The identifying columns, as `rows.case_row` writes them, plus `backend_pg`."""
+    return {**rows.case_row(case, env), "backend_pg": backend_pg}
 
 
 def not_run(row: dict[str, object], status: str, reason: str) -> dict[str, object]:
-    """A skipped or error row."""
-    return {**row, "status": status, "reason": reason, **runner.stamp()}
+    """A skipped or error row (cases the launcher could not hand to the ranks)."""
+    return {**row, "status": status, "reason": reason, **rows.stamp()}
 
 
 def models(case: Case) -> dict[str, int]:
@@ -43,7 +43,7 @@ def figures(
     ideal = ideal_traffic(case.batch, -(-case.vocab // case.tp), case.topk, dtype)
     comm = variant.comm_bytes(*shape)
     return {
-        **runner.figures(samples, traffic, ideal, peak_temp, info.peak_gbps, copy_gbps),
+        **rows.figures(samples, traffic, ideal, peak_temp, info.peak_gbps, copy_gbps),
         "hbm_bytes_model": traffic.total,
         "comm_bytes_model": comm,
         "comm_gbps": memory.gbps(comm, samples.median_us * 1e-6),

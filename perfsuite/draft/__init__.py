@@ -3,21 +3,19 @@
 on the eager, graph (one CUDA/HIP graph per cycle) and compile paths, measured per cycle and checked for
 parity where the engine consumes `topk_p`: draft tokens, parent lists and tree scores.
 
-    from perfsuite.draft import run_draft, DRAFT_COLUMNS
+    from perfsuite.draft import run_draft
     for row in run_draft(scenario, info, env, progress=False): ...
 """
 
 from __future__ import annotations
 
-from perfsuite.draft.columns import DRAFT_COLUMNS
 from perfsuite.draft.graph import DraftGraph, GraphCache, timing_unroll
 from perfsuite.draft.head import HEAD_LOGITS, DraftHead, HeadConfig, inputs_for
 from perfsuite.draft.loop import DraftLoop, DraftTree, LoopConfig, constant_select, reference_select
-from perfsuite.draft.measure import DraftRunner, run_draft
+from perfsuite.draft.runner import DraftRunner, run_draft
 from perfsuite.draft.spec import DraftCase, DraftSweep, draft_sweeps, expand_draft, parse_draft
 
 __all__ = [
-    "DRAFT_COLUMNS",
     "HEAD_LOGITS",
     "DraftCase",
     "DraftGraph",

@@ -10,19 +10,18 @@ Two figures per case:
   capped by `GRAPH_UNROLL_CAP` over `num_steps`, a flush-only graph subtracted).
 
 The selection's share compares the cycle with the same cycle whose selection is a no-op, sampled in
-alternation (`measure_paired`) so that clock drift and noise hit both alike.
+alternation (`timing.measure_in_turn`) so that clock drift and noise hit both alike.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
 
 from perfsuite import timing
 from perfsuite.device import DeviceInfo
-from perfsuite.scenario import Timing
+from perfsuite.settings import Timing
 
 Call = Callable[[], object]
 
@@ -71,25 +70,3 @@ def device_sampler(
     if body is not None:
         return timing.GraphSampler(body, flush, torch.device(info.device), unroll)
     return timing.EventSampler(call, flush)
-
-
-def measure_paired(
-    first: timing.Sampler, second: timing.Sampler | None, settings: Timing
-) -> tuple[timing.Samples, timing.Samples | None]:
-    """`timing.measure` of `first`, with `second` (if any) sampled right after each of its samples;
-    `max_seconds` bounds both together."""
-    for _ in range(settings.warmup):
-        first.sample()
-        if second:
-            second.sample()
-    a: list[float] = []
-    b: list[float] = []
-    deadline = time.perf_counter() + settings.max_seconds
-    while len(a) < settings.reps and (len(a) < 3 or time.perf_counter() < deadline):
-        a.append(first.sample())
-        if second:
-            b.append(second.sample())
-    return (
-        timing.Samples(tuple(a), first.method),
-        timing.Samples(tuple(b), second.method) if second else None,
-    )

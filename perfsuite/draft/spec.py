@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite import checks, inputs, variants
 from perfsuite.draft.head import HEAD_LOGITS, HeadConfig
 from perfsuite.draft.loop import LoopConfig
 from perfsuite.paths import PATHS
-from perfsuite.scenario import Scenario, Timing
+from perfsuite.settings import Timing
+
+if TYPE_CHECKING:
+    from perfsuite.scenario import Scenario
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """Triton kernels for exact top-k softmax selection, and the launch plan that picks between them.
 
 Importing this package never imports Triton: `perfsuite.kernels.topk_softmax` does (lazily, when a
-variant first runs). `plan` holds the Triton-free shape heuristic and its knobs, `tuned` the tables of plans
-measured on a GPU and `tuner` what measures them (`perfsuite tune`), `resources` the ahead-of-time compile
-report (`perfsuite kernels`).
+variant first runs). `triton_code` holds the device code (the `@triton.jit` kernels), `topk_softmax` the
+launch code (plans to grids, tensors to arguments, the wrappers the variants call). `plan` holds the
+Triton-free shape heuristic and its knobs, `tuned` the tables of plans measured on a GPU and `tuner` what
+measures them (`perfsuite tune`), `resources` the ahead-of-time compile report (`perfsuite kernels`), and
+`warm` fills Triton's compile cache for a scenario in parallel (`python -m perfsuite.kernels.warm`).
 
     availability(device) -> None when the kernels can run on `device`, else a short reason
 """

@@ -10,9 +10,18 @@ logit, lowest index first, NaN above +inf". The top-k is the k largest of these 
 the same way whatever the tile size or the number of splits, and integer max never meets a NaN (float max
 treats NaN differently on GPUs and in the interpreter).
 
-Loads. Each scan reads its columns once: a masked head up to the row's first 16-byte boundary (the host
-passes the logits' alignment, `RowLayout`), whole tiles unmasked from there (`tl.multiple_of` lets the
-compiler emit 16-byte loads whatever V or the row stride), one masked tail tile.
+Loads. The host hands the kernels the 16-byte boundary at or below the logits' first element as their
+base pointer and the element shift from there to the first row (`RowLayout`, `aligned_base`), so Triton
+sees a 16-byte aligned pointer for every view, odd offsets included. Each scan reads its columns once: a
+masked head up to the row's first 16-byte boundary, whole tiles unmasked from there (`tl.multiple_of`
+lets the compiler emit 16-byte loads whatever the shift, V or the row stride), one masked tail tile; the
+masks keep every read inside the row's V columns.
+
+Specialisation. Triton compiles a kernel once per specialisation of its integer arguments (divisible by
+16, equal to 1). The row geometry (V, row stride, shift, a split's chunk) keeps it: when every row and
+chunk starts on a 16-byte boundary the compiler drops the head and widens the tail (fused bf16 k=8 on
+sm_90: 124 registers instead of 165). Split counts, index offsets and the merge's part counts do not
+(`UNSPECIALISED`): specialising them changes no load in the scans, only the number of compiles.
 
 Softmax. The running max `m` is taken over the keys (NaN counted as +inf, so it is NaN-free); the running
 sum is a per-lane fp32 vector `s` rescaled by `exp(m_old - m_new)` when `m` grows, summed once at the end.
@@ -32,310 +41,9 @@ from dataclasses import dataclass
 
 import torch
 import triton
-import triton.language as tl
 
 from perfsuite.kernels import plan as plans
-
-_NAN_KEY = tl.constexpr(0x7FFFFFFF)
-"""Key of every NaN: above +inf's key (0x7F800000)."""
-_EMPTY_KEY = tl.constexpr(-(2**31))
-"""Key of a masked lane: below -inf's key (-0x7F800001)."""
-_EMPTY = tl.constexpr(-(2**63))
-"""Packed candidate of an empty slot: below every real candidate."""
-
-
-# --------------------------------------------------------------------------------------------------------
-# Device helpers
-# --------------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def row_offset(row, stride):
-    """`row * stride` in int64: in int32 it wraps once it passes 2^31 (e.g. 8192 rows x 262144 columns)."""
-    return row.to(tl.int64) * stride
-
-
-@triton.jit
-def _order_key(x):
-    """int32 key of fp32 `x`, monotone in the float order; -0.0 -> +0.0, NaN -> _NAN_KEY."""
-    x = tl.where(x == 0.0, 0.0, x)
-    bits = x.to(tl.int32, bitcast=True)
-    key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    return tl.where(x != x, _NAN_KEY, key)
-
-
-@triton.jit
-def _key_value(key):
-    """The fp32 value of a key (NaN for _NAN_KEY)."""
-    bits = tl.where(key < 0, key ^ 0x7FFFFFFF, key)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _pack(key, col):
-    """int64 candidate: larger key first, then lower column first. Needs 0 <= col < 2^31."""
-    return (key.to(tl.int64) << 32) | (0x7FFFFFFF - col.to(tl.int64))
-
-
-@triton.jit
-def _unpack(packed):
-    """(fp32 value, int64 column) of packed candidates."""
-    key = (packed >> 32).to(tl.int32)
-    col = 0x7FFFFFFF - (packed & 0x7FFFFFFF)
-    return _key_value(key), col.to(tl.int64)
-
-
-@triton.jit
-def _insert(run, packed, slots, K: tl.constexpr):
-    """Merge the candidates `packed` (any size) into the sorted running top-k `run` (`[KP]`, descending).
-
-    K rounds of "take the largest of both, remove it": candidates are distinct, so each round removes one.
-    """
-    out = tl.full(slots.shape, _EMPTY, tl.int64)
-    for i in range(K):
-        best = tl.maximum(tl.max(packed, axis=0), tl.max(run, axis=0))
-        out = tl.where(slots == i, best, out)
-        packed = tl.where(packed == best, _EMPTY, packed)
-        run = tl.where(run == best, _EMPTY, run)
-    return out
-
-
-@triton.jit
-def _kth(run, slots, K: tl.constexpr):
-    """The k-th best packed candidate of a sorted running top-k (_EMPTY while fewer than k are known)."""
-    return tl.max(tl.where(slots == K - 1, run, _EMPTY), axis=0)
-
-
-@triton.jit
-def _consume(x, key, cols, m, s, run, kth_key, slots, K: tl.constexpr):
-    """Fold one tile into the scan state (m, s, run, kth_key); masked lanes hold x = -inf, key = _EMPTY_KEY.
-
-    The tile's candidates are merged into the top-k only when its best key beats the current k-th one
-    (tiles come in column order, so a tie with the k-th loses to it): most tiles skip the merge.
-    """
-    top_key = tl.max(key, axis=0)
-    top = _key_value(top_key)
-    top = tl.where(top != top, float("inf"), top)  # NaN counts as +inf
-    top = tl.where(top_key == _EMPTY_KEY, float("-inf"), top)  # an empty tile (head or tail)
-    m_new = tl.maximum(m, top)
-    shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # all -inf so far: exp(-inf - 0) = 0, not NaN
-    s = s * tl.exp(m - shift) + tl.exp(x - shift)  # masked lanes hold -inf: exp gives 0
-    if top_key > kth_key:
-        packed = tl.where(key != _EMPTY_KEY, _pack(key, cols), _EMPTY)
-        run = _insert(run, packed, slots, K)
-        kth_key = (_kth(run, slots, K) >> 32).to(tl.int32)
-    return m_new, s, run, kth_key
-
-
-@triton.jit
-def first_aligned(phase, col_start, col_end, VEC: tl.constexpr):
-    """The first column >= col_start whose address is 16-byte aligned (VEC columns per 16 bytes), for a
-    row starting `phase` columns past a 16-byte boundary; col_end when the range has none."""
-    return tl.minimum(col_start + (VEC - (phase + col_start) % VEC) % VEC, col_end)
-
-
-@triton.jit
-def _load_masked(base_ptr, row_start, cols, col_end):
-    """fp32 logits of `cols` (< col_end), -inf past it, and their keys (_EMPTY_KEY past it)."""
-    mask = cols < col_end
-    x = tl.load(base_ptr + row_start + cols, mask=mask, other=float("-inf")).to(tl.float32)
-    return x, tl.where(mask, _order_key(x), _EMPTY_KEY)
-
-
-@triton.jit
-def _load_aligned(base_ptr, row_start, start, body_end, lanes, VEC: tl.constexpr, BLOCK: tl.constexpr):
-    """The whole tile of columns `start + lanes` (`row_start + start` a multiple of VEC: 16-byte aligned
-    from `base_ptr`) in the logits' dtype when it starts before `body_end`, else nothing: all lanes or none
-    (a bound of BLOCK or 0), so the loads stay 16 bytes wide."""
-    offset = tl.multiple_of(row_start + start, VEC)
-    return tl.load(base_ptr + offset + lanes, mask=lanes < tl.where(start < body_end, BLOCK, 0), other=0.0)
-
-
-@triton.jit
-def _row_start(row, stride_row, base_phase):
-    """Elements from the 16-byte boundary at `logits_ptr - base_phase` to the start of `row` (int64)."""
-    return base_phase + row_offset(row, stride_row)
-
-
-@triton.jit
-def _scan(
-    base_ptr,
-    row_start,
-    col_start,
-    col_end,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """One pass over columns [col_start, col_end) of the row at `base_ptr + row_start`.
-
-    Returns (max, sum of exp(x - max), running top-k). max: largest logit, NaN counted as +inf (-inf when
-    every value is -inf). sum: fp32; NaN when the range holds a NaN or +inf. top-k: `[KP]` packed
-    candidates, descending, _EMPTY past the range's length.
-    Loads: `base_ptr` is a 16-byte boundary (the logits pointer minus its phase, `RowLayout`), so column c
-    is aligned where `row_start + c` is a multiple of VEC. A masked head of fewer than VEC columns reaches
-    the first aligned column, whole BLOCK tiles from there load unmasked and
-    aligned (one 16-byte load per VEC columns, whatever V or the row stride), then one masked tail tile.
-    PREFETCH: load tile t + 1 before reducing tile t (one more tile of registers).
-    """
-    slots = tl.arange(0, KP)
-    lanes = tl.arange(0, BLOCK)
-    run = tl.full([KP], _EMPTY, tl.int64)
-    kth_key = tl.full([], _EMPTY_KEY, tl.int32)
-    m = tl.full([], float("-inf"), tl.float32)
-    aligned = first_aligned(row_start % VEC, col_start, col_end, VEC)
-    head = col_start + tl.arange(0, VEC)
-    x, key = _load_masked(base_ptr, row_start, head, aligned)
-    m, s_head, run, kth_key = _consume(x, key, head, m, tl.zeros([VEC], tl.float32), run, kth_key, slots, K)
-    s = tl.where(lanes == 0, tl.sum(s_head, axis=0), 0.0)
-    body_end = aligned + (col_end - aligned) // BLOCK * BLOCK
-    if PREFETCH:  # the next tile's loads are in flight while this one is reduced (a barrier per tile)
-        ahead = _load_aligned(base_ptr, row_start, aligned, body_end, lanes, VEC, BLOCK)
-        for start in range(aligned, body_end, BLOCK):
-            xb = ahead.to(tl.float32)  # names of their own: x is [VEC] here
-            ahead = _load_aligned(base_ptr, row_start, start + BLOCK, body_end, lanes, VEC, BLOCK)
-            m, s, run, kth_key = _consume(xb, _order_key(xb), start + lanes, m, s, run, kth_key, slots, K)
-    else:
-        for start in range(aligned, body_end, BLOCK):
-            xb = _load_aligned(base_ptr, row_start, start, body_end, lanes, VEC, BLOCK).to(tl.float32)
-            m, s, run, kth_key = _consume(xb, _order_key(xb), start + lanes, m, s, run, kth_key, slots, K)
-    tail = body_end + lanes
-    x, key = _load_masked(base_ptr, row_start, tail, col_end)
-    m, s, run, kth_key = _consume(x, key, tail, m, s, run, kth_key, slots, K)
-    return m, tl.sum(s, axis=0), run
-
-
-@triton.jit
-def _write_topk(run, m, s, p_ptr, idx_ptr, slots, K: tl.constexpr):
-    """Store `topk_p = exp(v - m) / s` and the columns; NaN probabilities when `m` is +-inf."""
-    value, col = _unpack(run)
-    p = tl.exp(value - m) / s
-    p = tl.where((m == float("inf")) | (m == float("-inf")), float("nan"), p)
-    keep = slots < K
-    tl.store(p_ptr + slots, p, mask=keep)
-    tl.store(idx_ptr + slots, col, mask=keep)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Kernels
-# --------------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _fused_kernel(
-    logits_ptr,
-    p_ptr,
-    idx_ptr,
-    V,
-    stride_row,
-    base_phase,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """Program `row`: online softmax and running top-k over the whole row, then `[k]` outputs."""
-    row = tl.program_id(0)
-    row_start = _row_start(row, stride_row, base_phase)
-    m, s, run = _scan(logits_ptr - base_phase, row_start, 0, V, K, KP, BLOCK, VEC, PREFETCH)
-    slots = tl.arange(0, KP)
-    _write_topk(run, m, s, p_ptr + row_offset(row, K), idx_ptr + row_offset(row, K), slots, K)
-
-
-@triton.jit
-def _partials_kernel(
-    logits_ptr,
-    max_ptr,
-    sum_ptr,
-    val_ptr,
-    idx_ptr,
-    V,
-    stride_row,
-    chunk,
-    n_splits,
-    index_offset,
-    base_phase,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """Program (row, split): the partial of columns [split * chunk, min((split + 1) * chunk, V))."""
-    row = tl.program_id(0)
-    split = tl.program_id(1)
-    start = split * chunk
-    end = tl.minimum(start + chunk, V)
-    row_start = _row_start(row, stride_row, base_phase)
-    m, s, run = _scan(logits_ptr - base_phase, row_start, start, end, K, KP, BLOCK, VEC, PREFETCH)
-    part = row_offset(row, n_splits) + split
-    tl.store(max_ptr + part, m)
-    tl.store(sum_ptr + part, s)
-    slots = tl.arange(0, KP)
-    value, col = _unpack(run)
-    filled = run != _EMPTY
-    keep = slots < K
-    tl.store(val_ptr + part * K + slots, tl.where(filled, value, float("-inf")), mask=keep)
-    tl.store(idx_ptr + part * K + slots, tl.where(filled, col + index_offset, -1), mask=keep)
-
-
-@triton.jit
-def _merge_kernel(
-    max_ptr,
-    sum_ptr,
-    val_ptr,
-    idx_ptr,
-    p_ptr,
-    out_idx_ptr,
-    n_parts,
-    part_k,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    TILE: tl.constexpr,
-    PART_TILE: tl.constexpr,
-):
-    """Program `row`: combine `n_parts` partials (max, sum-exp, top-`part_k`) into the exact top-k."""
-    row = tl.program_id(0)
-    base = row_offset(row, n_parts)
-    # Softmax: M = max of the partial maxima (NaN-free by construction), S = sum of rescaled sums.
-    parts = tl.arange(0, PART_TILE)
-    m = tl.full([], float("-inf"), tl.float32)
-    for start in range(0, n_parts, PART_TILE):
-        j = start + parts
-        mj = tl.load(max_ptr + base + j, mask=j < n_parts, other=float("-inf"))
-        m = tl.maximum(m, tl.max(mj, axis=0))
-    s = tl.zeros([PART_TILE], tl.float32)
-    for start in range(0, n_parts, PART_TILE):
-        j = start + parts
-        mj = tl.load(max_ptr + base + j, mask=j < n_parts, other=float("-inf"))
-        sj = tl.load(sum_ptr + base + j, mask=j < n_parts, other=0.0)
-        s += sj * tl.where(mj == float("-inf"), 0.0, tl.exp(mj - m))
-    total = tl.sum(s, axis=0)
-    # Top-k: the k largest packed candidates over every partial's slots (index -1 marks an empty slot).
-    slots = tl.arange(0, KP)
-    lanes = tl.arange(0, TILE)
-    run = tl.full([KP], _EMPTY, tl.int64)
-    kth = tl.full([], _EMPTY, tl.int64)
-    n_cand = n_parts * part_k
-    cand_base = base * part_k
-    for start in range(0, n_cand, TILE):
-        c = start + lanes
-        inside = c < n_cand
-        idx = tl.load(idx_ptr + cand_base + c, mask=inside, other=-1)
-        val = tl.load(val_ptr + cand_base + c, mask=inside, other=float("-inf"))
-        packed = tl.where(idx >= 0, _pack(_order_key(val), idx), _EMPTY)
-        if tl.max(packed, axis=0) > kth:
-            run = _insert(run, packed, slots, K)
-            kth = _kth(run, slots, K)
-    _write_topk(run, m, total, p_ptr + row_offset(row, K), out_idx_ptr + row_offset(row, K), slots, K)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Host side
-# --------------------------------------------------------------------------------------------------------
+from perfsuite.kernels.triton_code import UNSPECIALISED, _fused_kernel, _merge_kernel, _partials_kernel
 
 
 @dataclass(frozen=True)
@@ -377,9 +85,11 @@ ALIGN_BYTES = 16
 """Width of the widest global load (128 bits): the scans' unmasked body tiles start at this alignment."""
 
 KERNELS = {"fused": _fused_kernel, "partials": _partials_kernel, "merge": _merge_kernel}
+LOGITS_KERNELS = ("fused", "partials")
+"""The kernels that read the logits (their pointer's element type is the logits' dtype)."""
 
 POINTER_TYPES = {
-    "logits_ptr": "input",
+    "base_ptr": "input",
     "p_ptr": "fp32",
     "max_ptr": "fp32",
     "sum_ptr": "fp32",
@@ -405,19 +115,49 @@ class Launch:
         kernel = KERNELS[self.kernel]
         kernel[self.grid](*tensors, **self.scalars, **self.constants, num_warps=self.num_warps)
 
+    def specialisation(self) -> tuple[tuple[str, str, str], ...]:
+        """The integer arguments as Triton's launcher specialises them, by name: `(name, type, "D")` for a
+        multiple of 16, `(name, "constexpr", "1")` for a 1, `(name, type, "")` otherwise and for the
+        kernel's `UNSPECIALISED` ones (type: i32, or i64 past its range)."""
+        found = []
+        for name, value in sorted(self.scalars.items()):
+            kind = "i32" if -(2**31) <= value < 2**31 else "i64"
+            if name in UNSPECIALISED[self.kernel]:
+                found.append((name, kind, ""))
+            elif value == 1:
+                found.append((name, "constexpr", "1"))
+            else:
+                found.append((name, kind, "D" if value % 16 == 0 else ""))
+        return tuple(found)
+
+    def compile_key(self, dtype: torch.dtype) -> tuple:
+        """What Triton compiles this launch by, with logits of `dtype` and 16-byte aligned pointers (fresh
+        outputs, `aligned_base`): launches with equal keys share one compiled kernel."""
+        logits = str(dtype) if self.kernel in LOGITS_KERNELS else ""
+        return (self.kernel, logits, tuple(self.constants.items()), self.specialisation(), self.num_warps)
+
 
 @dataclass(frozen=True)
 class RowLayout:
     """How a `[B, V]` logits tensor sits in memory: what the scans need to align their loads."""
 
     stride: int  # elements between row starts
-    phase: int  # the first row's start, in elements past a 16-byte boundary
+    shift: int  # elements from the kernels' base pointer (a 16-byte boundary) to the first row's start
     element_size: int
 
     @staticmethod
     def of(logits: torch.Tensor) -> RowLayout:
-        size = logits.element_size()
-        return RowLayout(logits.stride(0), (logits.data_ptr() // size) % (ALIGN_BYTES // size), size)
+        """The layout of `logits`, shifted from the 16-byte boundary at or below its first element.
+
+        Where that boundary lies before the tensor's storage (storage from outside torch's allocators) or
+        the pointer is not a multiple of the element size, the shift is 0 and the base pointer is the
+        logits' own: results are the same, the loads narrower.
+        """
+        size, pointer = logits.element_size(), logits.data_ptr()
+        shift = pointer % ALIGN_BYTES // size
+        if pointer % size or shift > logits.storage_offset():
+            shift = 0
+        return RowLayout(logits.stride(0), shift, size)
 
     @staticmethod
     def contiguous(vocab: int, element_size: int) -> RowLayout:
@@ -428,6 +168,15 @@ class RowLayout:
     def vec(self) -> int:
         """Columns per 16-byte load."""
         return ALIGN_BYTES // self.element_size
+
+
+def aligned_base(logits: torch.Tensor, layout: RowLayout) -> torch.Tensor:
+    """What the kernels get as `base_ptr`: a view of the logits' storage starting `layout.shift` elements
+    before the first row (the logits themselves when the shift is 0). The kernels add the shift back and
+    read only the rows' V columns."""
+    if layout.shift == 0:
+        return logits
+    return logits.as_strided((1,), (1,), logits.storage_offset() - layout.shift)
 
 
 def _slots(k: int) -> int:
@@ -456,7 +205,7 @@ def fused_launch(
     prefetch: bool = plans.PREFETCH,
 ) -> Launch:
     """`_fused_kernel` over `[batch, vocab]`: grid `(B,)`."""
-    scalars = {"V": vocab, "stride_row": layout.stride, "base_phase": layout.phase}
+    scalars = {"V": vocab, "stride_row": layout.stride, "shift": layout.shift}
     return Launch("fused", (batch,), scalars, _scan_constants(k, block, vocab, layout, prefetch), num_warps)
 
 
@@ -481,7 +230,7 @@ def partials_launch(
         "chunk": chunk,
         "n_splits": n_splits,
         "index_offset": index_offset,
-        "base_phase": layout.phase,
+        "shift": layout.shift,
     }
     constants = _scan_constants(k, block, chunk, layout, prefetch)
     return Launch("partials", (batch, n_splits), scalars, constants, num_warps)
@@ -558,9 +307,10 @@ def fused_topk_softmax(
         hw, size = plans.hardware(logits.device), logits.element_size()
         block = block or plans.fused_plan(hw, size, num_warps=num_warps).block
         tunables = {"block": block, "num_warps": num_warps, "prefetch": prefetch}
-        launch = fused_launch(batch, vocab, k, RowLayout.of(logits), **tunables)
+        layout = RowLayout.of(logits)
+        launch = fused_launch(batch, vocab, k, layout, **tunables)
         with _device_guard(logits):
-            launch(logits, topk_p, topk_index)
+            launch(aligned_base(logits, layout), topk_p, topk_index)
     return topk_p, topk_index
 
 
@@ -586,11 +336,12 @@ def row_partials(
     plan = plans.split_plan(batch, vocab, k, plans.hardware(logits.device), logits.element_size())
     if chunk is None:
         chunk = plan.chunk if n_splits is None else -(-vocab // max(1, n_splits))
+    layout = RowLayout.of(logits)
     launch = partials_launch(
         batch,
         vocab,
         k,
-        RowLayout.of(logits),
+        layout,
         chunk=chunk,
         block=block or plan.block,
         num_warps=num_warps or plan.num_warps,
@@ -604,7 +355,7 @@ def row_partials(
     indices = torch.empty((*shape, k), dtype=torch.int64, device=device)
     if batch > 0:
         with _device_guard(logits):
-            launch(logits, part_max, part_sum, values, indices)
+            launch(aligned_base(logits, layout), part_max, part_sum, values, indices)
     return Partials(part_max, part_sum, values, indices)
 
 

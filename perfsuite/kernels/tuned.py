@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from perfsuite.device import DeviceInfo
 from perfsuite.inputs import dtype_of
 from perfsuite.kernels import plan as plans
 
@@ -175,3 +176,8 @@ def _best_plan(
     if entry is None:
         return plans.choose(batch, vocab, k, hw, dtype.itemsize)
     return entry.best.plan_for(batch, vocab, k, hw, dtype.itemsize)
+
+
+def default_path(info: DeviceInfo) -> Path:
+    """Where `perfsuite tune` files a device's table by default: the packaged tables, by device name."""
+    return PACKAGED / f"{slug(plans.hardware(info.device).name or info.name)}.json"

@@ -15,15 +15,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 import torch
 
-from perfsuite import parity, paths, runner, timing
+from perfsuite import parity, paths, timing
 from perfsuite.device import DeviceInfo
+from perfsuite.environment import package_version
 from perfsuite.inputs import dtype_of
+from perfsuite.kernel_case import KernelCaseRunner
 from perfsuite.kernels import plan as plans
 from perfsuite.kernels.tuned import Entry, Tunables, TunedTable
+from perfsuite.rows import one_line
 from perfsuite.scenario import Case
 
 FUSED_WARPS = (4, 8, 16)
@@ -77,7 +81,7 @@ class Timed:
         return self.verdict == "pass" and not math.isnan(self.median_us)
 
 
-def time_candidate(case: Case, tunables: Tunables, inputs: runner.CaseRunner, hw: plans.Hardware) -> Timed:
+def time_candidate(case: Case, tunables: Tunables, inputs: KernelCaseRunner, hw: plans.Hardware) -> Timed:
     """Time one candidate plan on a case's logits, path and timing settings."""
     from perfsuite.kernels import topk_softmax
 
@@ -92,7 +96,7 @@ def time_candidate(case: Case, tunables: Tunables, inputs: runner.CaseRunner, hw
             return replace(timed, verdict=check.verdict, reason=check.problem)
         samples = timing.measure(timing.sampler_for(prepared, inputs.info, case.timing), case.timing)
     except Exception as exc:  # a candidate that cannot launch (resources, capture) is a finding
-        return replace(timed, verdict="error", reason=runner.one_line(exc))
+        return replace(timed, verdict="error", reason=one_line(exc))
     finally:
         if logits.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -142,9 +146,9 @@ def tune(
     and `on_shape` sees it after each (to write it as it goes: an interruption keeps the tuned shapes)."""
     hw = plans.hardware(info.device)
     env = {"copy_gbps": None}
-    inputs = runner.CaseRunner(info, env)
+    inputs = KernelCaseRunner(info, env)
     shapes = shapes_of(cases)
-    versions = {name: runner.package_version(name) for name in ("torch", "triton")}
+    versions = {name: package_version(name) for name in ("torch", "triton")}
     path = ",".join(sorted({c.path for c in shapes}))
     outcome = TuneOutcome([], TunedTable(hw.name or info.name, hw.sms, hw.warp_size, versions, path))
     for case in shapes:
@@ -186,3 +190,13 @@ def summary(table: TunedTable) -> pd.DataFrame:
         for e in table.entries
     ]
     return pd.DataFrame(rows)
+
+
+def write_outcome(outcome: TuneOutcome, table: Path, csv: Path) -> None:
+    """The table and every candidate's row, each file replaced whole (a kill mid-write keeps the old)."""
+    from perfsuite.kernels.tuned import replace_text, write_table
+
+    for path in (table, csv):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_table(table, outcome.table)
+    replace_text(csv, outcome.frame.to_csv(index=False))

@@ -5,7 +5,6 @@ plotly is imported only to draw the plot; without it the page keeps the verdict 
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +13,9 @@ import numpy as np
 import pandas as pd
 
 from perfsuite.compare import FAILING, Comparison, bytes_ratio, summary_line, verdicts
-from perfsuite.report.html import Block, Cell, Note, Section, Table, figure_block, render_page
+from perfsuite.report import formatting as fmt
+from perfsuite.report.blocks import REPORT_LAYOUT, Block, Cell, Note, Section, Table, figure_block
+from perfsuite.report.page import render_page
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -37,10 +38,6 @@ OUTCOME_CSS = {
     "faster": "win",
     "noisy": "differs",
 }
-
-
-def _number(value: float, digits: int = 4) -> str:
-    return "" if value is None or math.isnan(value) else f"{value:.{digits}g}"
 
 
 def _ratio_figure(comparison: Comparison) -> Block:
@@ -91,6 +88,7 @@ def _ratio_plot(table: pd.DataFrame, threshold: float, title: str) -> go.Figure:
         yaxis={"type": "log", "title": "time ratio (new / base)"},
         legend_title_text="outcome",
     )
+    fig.update_layout(**REPORT_LAYOUT)
     return fig
 
 
@@ -101,10 +99,10 @@ def _table(comparison: Comparison) -> Table:
         rows.append(
             [
                 str(rec["case"]),
-                _number(rec["base_median_us"]),
-                _number(rec["new_median_us"]),
-                Cell(_number(rec["ratio"], 3), OUTCOME_CSS.get(rec["outcome"], "")),
-                f"{_number(rec['band_low'], 3)} – {_number(rec['band_high'], 3)}".strip(" –"),
+                fmt.significant(rec["base_median_us"]),
+                fmt.significant(rec["new_median_us"]),
+                Cell(fmt.significant(rec["ratio"], 3), OUTCOME_CSS.get(rec["outcome"], "")),
+                f"{fmt.significant(rec['band_low'], 3)} – {fmt.significant(rec['band_high'], 3)}".strip(" –"),
                 Cell(verdicts(rec["base_verdict"], rec["new_verdict"]), parity_cls),
                 bytes_ratio(rec),
                 Cell(

@@ -1,26 +1,30 @@
-"""The draft-loop section of the report: an HTML fragment from `perfsuite.draft` rows.
+"""The draft-loop section of the report, from `perfsuite.draft` rows.
 
-`draft_html(frame)` returns figures (plotly, without plotly.js: the page inlines it) and tables: time per
-draft cycle per variant and path, the selection's share of the cycle, parity at the consumer (draft tokens,
-parents, tree scores against full_softmax and the float64 selection), kernels per cycle, and the cases that
-were skipped or failed with their reasons. Missing columns or an empty frame give a note, never an error;
-without plotly each figure is a note and the tables stay.
+`section(frame)` holds figures and tables: time per draft cycle per variant and path, the selection's
+share of the cycle, parity at the consumer (draft tokens, parents, tree scores against full_softmax and the
+float64 selection), kernels per cycle, and the cases that were skipped or failed with their reasons.
+Missing columns or an empty frame give a note, never an error; without plotly each figure is a note and
+the tables stay. `draft_html(frame)` is the section's body as HTML.
 """
 
 from __future__ import annotations
 
-import html
 import math
-from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perfsuite.report.html import missing_plot_note, plots_available
+from perfsuite.report import formatting as fmt
+from perfsuite.report.blocks import Block, Cell, Note, Section, Subsection, Table, figure_block, guard
+from perfsuite.report.page import render_fragment
+from perfsuite.schema import BASELINE
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+
+SECTION_ID = "draft"
+TITLE = "Draft loop: the selection where engines consume it"
 
 SHAPE_KEYS = ("vocab", "hidden", "batch", "topk", "num_steps", "num_draft_tokens")
 CONFIG_KEYS = ("device", "dtype", *SHAPE_KEYS, "logits")
@@ -50,19 +54,17 @@ NUMERIC = (
     "score_abserr_eager",
 )
 PATH_ORDER = ("eager", "graph", "compile")
-FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
 MAX_CONFIGS_PER_FIGURE = 40
 SHORT = {"num_steps": "s", "num_draft_tokens": "n", "vocab": "V", "hidden": "H", "batch": "B", "topk": "k"}
 
 
-def draft_html(frame: pd.DataFrame) -> str:
-    """An HTML fragment (the body of the report's draft section); safe on empty or partial frames."""
+def section(frame: pd.DataFrame | None) -> Section:
+    """The report's draft section: a subsection per view; safe on empty or partial frames."""
     if frame is None or frame.empty or "status" not in frame:
-        return _note("No draft-loop rows in these results.")
-    parts = []
+        return Section(SECTION_ID, TITLE, [Note("No draft-loop rows in these results.")])
     data = _prepare(frame)
     ok = data[data["status"] == "ok"]
-    parts.append(_intro(data))
+    parts = []
     for title, build in (
         ("Time per draft cycle", lambda: _cycle_figures(ok)),
         ("Share of the cycle spent in the selection", lambda: _share_figures(ok)),
@@ -70,9 +72,13 @@ def draft_html(frame: pd.DataFrame) -> str:
         ("Kernels per cycle", lambda: _kernel_table(ok)),
         ("Skipped and failed draft cases", lambda: _skipped_table(data)),
     ):
-        parts.append(f"<h3>{html.escape(title)}</h3>")
-        parts.append(_guard(title, build))
-    return "\n".join(parts)
+        parts.append(Subsection(title, guard(title, build)))
+    return Section(SECTION_ID, TITLE, parts, intro=_intro(data))
+
+
+def draft_html(frame: pd.DataFrame | None) -> str:
+    """The draft section's body (introduction, subsections) as HTML, without the page around it."""
+    return render_fragment(section(frame))
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -106,61 +112,6 @@ def _dim(key: str, value: object) -> str:
     return f"{SHORT[key]}{value}" if key in SHORT else str(value)
 
 
-def _note(text: str) -> str:
-    return f'<p class="note">{html.escape(text)}</p>'
-
-
-def _guard(name: str, build: Callable[[], str]) -> str:
-    try:
-        return build()
-    except Exception as exc:  # a report section must never break the page
-        return _note(f"{name}: not shown ({type(exc).__name__}: {exc})")
-
-
-def _fmt(value: object, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, float):
-        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-            return f"{value:.{digits - 1}e}"
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def _pct(value: object) -> str:
-    if not isinstance(value, float) or math.isnan(value):
-        return "–"
-    return f"{100 * value:.1f}%"
-
-
-def _table(columns: Sequence[str], rows: list[list[tuple[str, str] | str]], caption: str = "") -> str:
-    """A table; a cell is text or (text, css class: win | loss | differs | invalid)."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = []
-    for row in rows:
-        cells = []
-        for cell in row:
-            text, cls = cell if isinstance(cell, tuple) else (cell, "")
-            attr = f' class="{cls}"' if cls else ""
-            cells.append(f"<td{attr}>{html.escape(text)}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    tall = " tall" if len(rows) > 40 else ""
-    caption_html = f'<div class="caption">{html.escape(caption)}</div>' if caption else ""
-    return (
-        f'{caption_html}<div class="scroll{tall}"><table><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></div>"
-    )
-
-
-def _figure(title: str, build: Callable[[], go.Figure], caption: str = "") -> str:
-    """The figure `build` returns as a div without plotly.js; without plotly, a note naming `title`."""
-    if plots_available() is not None:
-        return _note(missing_plot_note(title))
-    caption_html = f'<div class="caption">{html.escape(caption)}</div>' if caption else ""
-    body = build().to_html(full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG)
-    return f'<div class="figure">{body}{caption_html}</div>'
-
-
 def _chunks(data: pd.DataFrame) -> list[pd.DataFrame]:
     """Split rows into figures of at most `MAX_CONFIGS_PER_FIGURE` configurations each."""
     configs = list(dict.fromkeys(data["config"]))
@@ -175,18 +126,22 @@ def _paths(data: pd.DataFrame) -> list[str]:
     return [p for p in PATH_ORDER if p in present] + [p for p in present if p not in PATH_ORDER]
 
 
-def _bar_figures(data: pd.DataFrame, y: str, title: str, axis: str, errors: bool, caption: str) -> str:
+def _bar_figures(
+    data: pd.DataFrame, name: str, y: str, title: str, axis: str, errors: bool, caption: str
+) -> list[Block]:
+    """Bar figures of `y` (figure names `name-0`, `name-1`, ...), a figure per chunk of configurations."""
     data = data[data[y].notna()]
     if data.empty:
-        return _note(f"No {axis.lower()} figures in these rows.")
+        return [Note(f"No {axis.lower()} figures in these rows.")]
     out = []
-    for part in _chunks(data):
+    for i, part in enumerate(_chunks(data)):
         part = part.assign(
             err_plus=(part["cycle_p80_us"] - part[y]).clip(lower=0) if errors else 0.0,
             err_minus=(part[y] - part["cycle_p20_us"]).clip(lower=0) if errors else 0.0,
         )
-        out.append(_figure(title, partial(_bars, part, y, title, axis, errors), caption))
-    return "\n".join(out)
+        build = partial(_bars, part, y, title, axis, errors)
+        out.append(figure_block(f"{name}-{i}", title, build, caption))
+    return out
 
 
 def _bars(part: pd.DataFrame, y: str, title: str, axis: str, errors: bool) -> go.Figure:
@@ -219,32 +174,30 @@ def _intro(data: pd.DataFrame) -> str:
     counts = data["status"].value_counts()
     summary = ", ".join(f"{counts[s]} {s}" for s in counts.index)
     return (
-        '<p class="intro">'
-        + html.escape(
-            f"{len(data)} draft cases ({summary}). One cycle = draft extend over the accepted tokens, then "
-            "the num_steps tree draft decode and the engine organisation of the draft tokens (SGLang's "
-            "EAGLE worker), on a tiny draft head. Parity is measured on what the verifier reads: draft "
-            "tokens, parent lists and tree scores, against full_softmax (the engines' baseline) and the "
-            "float64-softmax selection."
-        )
-        + "</p>"
+        f"{len(data)} draft cases ({summary}). One cycle = draft extend over the accepted tokens, then "
+        "the num_steps tree draft decode and the engine organisation of the draft tokens (SGLang's "
+        "EAGLE worker), on a tiny draft head. Parity is measured on what the verifier reads: draft "
+        "tokens, parent lists and tree scores, against full_softmax (the engines' baseline) and the "
+        "float64-softmax selection."
     )
 
 
-def _cycle_figures(ok: pd.DataFrame) -> str:
+def _cycle_figures(ok: pd.DataFrame) -> list[Block]:
     caption = (
         "Median time per cycle with p20–p80 bars, as an engine pays it (host clock on a CPU; on a GPU "
         "device events from an idle start, launches included: one graph launch on the graph path)."
     )
-    return _bar_figures(ok, "cycle_median_us", "Time per draft cycle", "µs per cycle", True, caption)
+    title = "Time per draft cycle"
+    return _bar_figures(ok, "draft-cycle", "cycle_median_us", title, "µs per cycle", True, caption)
 
 
-def _share_figures(ok: pd.DataFrame) -> str:
+def _share_figures(ok: pd.DataFrame) -> list[Block]:
     if "selection_share" not in ok or ok["selection_share"].isna().all():
-        return _note("Selection share was not measured (selection_share = false).")
+        return [Note("Selection share was not measured (selection_share = false).")]
     method = next((m for m in ok.get("selection_method", pd.Series(dtype=str)).dropna() if m), "")
     return _bar_figures(
         ok,
+        "draft-share",
         "selection_share",
         "Share of the cycle spent in the vocabulary selection",
         "share of the cycle",
@@ -253,15 +206,15 @@ def _share_figures(ok: pd.DataFrame) -> str:
     )
 
 
-def _parity_class(value: float) -> str:
-    if isinstance(value, float) and not math.isnan(value) and value > 0:
-        return "loss"
-    return ""
+def _share_cell(value: float, cls: str = "loss") -> Cell:
+    """A share of trees that differ, marked with `cls` when any does."""
+    differs = isinstance(value, float) and not math.isnan(value) and value > 0
+    return Cell(fmt.percent_one_decimal(value), cls if differs else "")
 
 
-def _parity_blocks(ok: pd.DataFrame) -> str:
+def _parity_blocks(ok: pd.DataFrame) -> list[Block]:
     if ok.empty:
-        return _note("No measured draft cases.")
+        return [Note("No measured draft cases.")]
     columns = [
         "config",
         "variant",
@@ -282,22 +235,24 @@ def _parity_blocks(ok: pd.DataFrame) -> str:
         verdict = str(r.get("consumer_vs_base", ""))
         verdict_cls = {"tokens differ": "invalid", "scores differ (same tokens)": "differs"}.get(verdict, "")
         exact = r.get("bitexact_eager")
-        exact_text = "–" if exact is None or (isinstance(exact, float) and math.isnan(exact)) else str(exact)
+        exact_text = (
+            fmt.DASH if exact is None or (isinstance(exact, float) and math.isnan(exact)) else str(exact)
+        )
         rows.append(
             [
                 r["config"],
                 r["variant"],
                 r["path"],
-                _fmt(r["trees"]),
-                (verdict, verdict_cls),
-                (_pct(r["tok_diff_base"]), _parity_class(r["tok_diff_base"])),
-                (_pct(r["parent_diff_base"]), _parity_class(r["parent_diff_base"])),
-                (_pct(r["pos_diff_base"]), _parity_class(r["pos_diff_base"])),
-                (_pct(r["step0_diff_base"]), _parity_class(r["step0_diff_base"])),
-                (_pct(r["orphan_trees"]), "invalid" if _parity_class(r["orphan_trees"]) else ""),
-                _fmt(r["score_relerr_base"]),
-                (_pct(r["tok_diff_ref"]), _parity_class(r["tok_diff_ref"])),
-                (exact_text, "loss" if exact_text == "False" else ""),
+                fmt.scientific(r["trees"]),
+                Cell(verdict, verdict_cls),
+                _share_cell(r["tok_diff_base"]),
+                _share_cell(r["parent_diff_base"]),
+                _share_cell(r["pos_diff_base"]),
+                _share_cell(r["step0_diff_base"]),
+                _share_cell(r["orphan_trees"], "invalid"),
+                fmt.scientific(r["score_relerr_base"]),
+                _share_cell(r["tok_diff_ref"]),
+                Cell(exact_text, "loss" if exact_text == "False" else ""),
             ]
         )
     caption = (
@@ -306,15 +261,15 @@ def _parity_blocks(ok: pd.DataFrame) -> str:
         "tree. 'broken trees': a drafted token whose parent was not drafted. 'vs float64' says which side "
         "of a difference the float64-softmax selection takes."
     )
-    return _parity_figure(ok) + _table(columns, rows, caption)
+    return [*_parity_figure(ok), Table(columns, rows, caption)]
 
 
-def _parity_figure(ok: pd.DataFrame) -> str:
-    data = ok[ok["tok_diff_base"].notna() & (ok["variant"] != "full_softmax")]
+def _parity_figure(ok: pd.DataFrame) -> list[Block]:
+    data = ok[ok["tok_diff_base"].notna() & (ok["variant"] != BASELINE)]
     if data.empty:
-        return ""
+        return []
     title = "Share of draft trees whose tokens differ from full_softmax's"
-    return _figure(title, partial(_token_diff_bars, data, title))
+    return [figure_block("draft-token-diff", title, partial(_token_diff_bars, data, title))]
 
 
 def _token_diff_bars(data: pd.DataFrame, title: str) -> go.Figure:
@@ -337,10 +292,10 @@ def _token_diff_bars(data: pd.DataFrame, title: str) -> go.Figure:
     return fig
 
 
-def _kernel_table(ok: pd.DataFrame) -> str:
+def _kernel_table(ok: pd.DataFrame) -> list[Block]:
     data = ok[ok["kernels_per_cycle"].notna()]
     if data.empty:
-        return _note("Kernels were not counted (kernels = false).")
+        return [Note("Kernels were not counted (kernels = false).")]
     units = ", ".join(sorted({u for u in data["kernels_unit"] if u}))
     columns_present = [(v, p) for v in dict.fromkeys(data["variant"]) for p in _paths(data)]
     columns_present = [
@@ -348,29 +303,30 @@ def _kernel_table(ok: pd.DataFrame) -> str:
     ]
     rows = []
     for config, part in data.groupby("config", sort=False):
-        row: list[tuple[str, str] | str] = [str(config)]
+        row: list[Cell | str] = [str(config)]
         for variant, path in columns_present:
             cell = part[(part["variant"] == variant) & (part["path"] == path)]
             if cell.empty:
-                row.append("–")
+                row.append(fmt.DASH)
                 continue
             kernels, launches = cell["kernels_per_cycle"].iloc[0], cell["launches_per_cycle"].iloc[0]
-            text = _fmt(kernels) + ("" if math.isnan(launches) else f" ({_fmt(launches)} launches)")
+            launched = "" if math.isnan(launches) else f" ({fmt.scientific(launches)} launches)"
+            text = fmt.scientific(kernels) + launched
             row.append(text)
         rows.append(row)
     columns = ["config", *(f"{v} / {p}" for v, p in columns_present)]
-    return _table(columns, rows, f"Per cycle, counted by torch.profiler: {units}.")
+    return [Table(columns, rows, f"Per cycle, counted by torch.profiler: {units}.")]
 
 
-def _skipped_table(data: pd.DataFrame) -> str:
+def _skipped_table(data: pd.DataFrame) -> list[Block]:
     bad = data[data["status"] != "ok"]
     if bad.empty:
-        return _note("Every draft case ran.")
+        return [Note("Every draft case ran.")]
     groups = bad.groupby(["status", "reason"], sort=False)
     rows = []
     for (status, reason), part in groups:
         cls = "error" if status == "error" else ""
         variants = ", ".join(dict.fromkeys(part["variant"]))
         paths = ", ".join(dict.fromkeys(part["path"]))
-        rows.append([(str(status), cls), str(len(part)), paths, variants, str(reason)])
-    return _table(["status", "cases", "paths", "variants", "reason"], rows)
+        rows.append([Cell(str(status), cls), str(len(part)), paths, variants, str(reason)])
+    return [Table(["status", "cases", "paths", "variants", "reason"], rows)]

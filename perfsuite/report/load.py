@@ -1,4 +1,4 @@
-"""Read result files back into the tidy schema (`perfsuite.results.COLUMNS`).
+"""Read result files back into the tidy schema (`perfsuite.schema.RESULT_COLUMNS`).
 
 Accepted: the suite's `results.csv`, `results.json` (pandas records, or the columns orient),
 `results.jsonl` (one JSON object per line, as `ResultsLog` appends them), a pytest-benchmark
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.results import COLUMNS, to_frame
+from perfsuite.results import to_frame
+from perfsuite.schema import RESULT_COLUMNS as COLUMNS
 
 NUMERIC_COLUMNS = (
     "vocab",

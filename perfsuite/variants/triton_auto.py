@@ -20,20 +20,25 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     from perfsuite.kernels import topk_softmax
 
-    plan = tuned.best_plan(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
+    plan = plan_for(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
     return topk_softmax.run_plan(logits, k, plan)
+
+
+def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
+    """The plan `select` launches for a shape on `hw` (`perfsuite.kernels.warm` compiles it ahead)."""
+    return tuned.best_plan(batch, vocab, k, dtype, hw)
 
 
 def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
     """The plan, and where it came from: the device's tuned table or the heuristic."""
     hw = plans.hardware()
     source = "tuned" if tuned.table_for(hw.name) else "heuristic"
-    return f"{tuned.best_plan(batch, vocab, k, dtype, hw).describe()} ({source})"
+    return f"{plan_for(batch, vocab, k, dtype, hw).describe()} ({source})"
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """The chosen kernel's traffic (plan for the current device, 132 SMs without one)."""
-    plan = tuned.best_plan(batch, vocab, k, dtype, plans.hardware())
+    plan = plan_for(batch, vocab, k, dtype, plans.hardware())
     partials = plans.partial_bytes(batch, plan.n_splits, k) if plan.kernel == "split" else 0
     return ideal_traffic(batch, vocab, k, dtype) + Traffic(partials, partials)
 

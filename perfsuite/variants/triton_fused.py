@@ -21,12 +21,17 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     from perfsuite.kernels import topk_softmax
 
-    plan = plans.fused_plan(plans.hardware(logits.device), logits.element_size())
+    plan = plan_for(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
     return topk_softmax.run_plan(logits, k, plan)
 
 
+def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
+    """The plan `select` launches for a shape on `hw` (`perfsuite.kernels.warm` compiles it ahead)."""
+    return plans.fused_plan(hw, dtype.itemsize)
+
+
 def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
-    return plans.fused_plan(plans.hardware(), dtype.itemsize).describe()
+    return plan_for(batch, vocab, k, dtype, plans.hardware()).describe()
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:

@@ -22,18 +22,23 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     from perfsuite.kernels import topk_softmax
 
-    plan = plans.split_plan(*logits.shape, k, plans.hardware(logits.device), logits.element_size())
+    plan = plan_for(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
     return topk_softmax.run_plan(logits, k, plan)
 
 
+def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
+    """The plan `select` launches for a shape on `hw` (`perfsuite.kernels.warm` compiles it ahead)."""
+    return plans.split_plan(batch, vocab, k, hw, dtype.itemsize)
+
+
 def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
-    return plans.split_plan(batch, vocab, k, plans.hardware(), dtype.itemsize).describe()
+    return plan_for(batch, vocab, k, dtype, plans.hardware()).describe()
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """The ideal read of the logits and `[B, k]` outputs, plus the partials written by stage 1 and read by
     stage 2 (split count from the plan for the current device, 132 SMs without one)."""
-    n_splits = plans.split_plan(batch, vocab, k, plans.hardware(), dtype.itemsize).n_splits
+    n_splits = plan_for(batch, vocab, k, dtype, plans.hardware()).n_splits
     partials = plans.partial_bytes(batch, n_splits, k)
     return ideal_traffic(batch, vocab, k, dtype) + Traffic(partials, partials)
 

@@ -11,8 +11,10 @@ import importlib
 
 from perfsuite.distributed.tp_variants.base import Local, TPVariant
 
-_MODULES = ("allgather_full_softmax", "allgather_identity", "sharded_torch", "sharded_triton")
 BASELINE = "allgather_full_softmax"
+"""What engines do today under tensor parallelism: all-gather the logits, then softmax and top-k."""
+
+_MODULES = ("allgather_full_softmax", "allgather_identity", "sharded_torch", "sharded_triton")
 
 _REGISTRY: dict[str, TPVariant] = {}
 

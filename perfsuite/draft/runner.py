@@ -2,7 +2,7 @@
 
 `run_draft(scenario, info, env, progress)` yields one row per case of the scenario's `[draft]` tables as
 each finishes. A case that cannot run here is a `skipped` row with its reason, one that breaks an `error`
-row; the sweep goes on. Figures are named in `DRAFT_COLUMNS`.
+row; the sweep goes on. Figures are named in `schema.DRAFT_COLUMNS`.
 """
 
 from __future__ import annotations
@@ -14,17 +14,18 @@ from dataclasses import dataclass, field
 import torch
 
 from perfsuite import kernels, memory, paths, timing, variants
+from perfsuite.case_runner import run_case
 from perfsuite.device import DeviceInfo
 from perfsuite.draft import consumer
-from perfsuite.draft.clock import cycle_sampler, device_sampler, measure_paired
-from perfsuite.draft.columns import DRAFT_COLUMNS
+from perfsuite.draft.clock import cycle_sampler, device_sampler
 from perfsuite.draft.counting import count_kernels
 from perfsuite.draft.graph import GraphCache, graph_body, timing_unroll
 from perfsuite.draft.head import DraftHead, HeadConfig, inputs_for
 from perfsuite.draft.loop import DraftLoop, DraftTree, constant_select, reference_select
 from perfsuite.draft.spec import DraftCase, expand_draft
-from perfsuite.runner import failure, progress_bar, stamp
+from perfsuite.progress import progress_bar
 from perfsuite.scenario import Scenario
+from perfsuite.schema import DRAFT_COLUMNS
 from perfsuite.variants.base import Selector
 
 NAN = float("nan")
@@ -115,17 +116,13 @@ class DraftRunner:
 
     def run(self, case: DraftCase) -> dict[str, object]:
         """Measure one case; always returns a row (status ok, skipped or error)."""
-        row = case_row(case, self.env)
-        try:
-            reason = self.skip_reason(case)
-            if reason:
-                row.update(status="skipped", reason=reason)
-            else:
-                row.update(self._measure(case))
-        except Exception as exc:  # one broken case must not stop the sweep
-            row.update(failure(exc))
-        row.update(stamp())
-        return row
+        return run_case(self, case)
+
+    def identify(self, case: DraftCase) -> dict[str, object]:
+        return case_row(case, self.env)
+
+    def release(self) -> None:
+        """The head, graphs and reference trees stay for the next case of the configuration (`close`)."""
 
     def skip_reason(self, case: DraftCase) -> str | None:
         """Why a case cannot run here, decided before anything is allocated."""
@@ -142,7 +139,7 @@ class DraftRunner:
             return "Triton under TRITON_INTERPRET=1 is for correctness checks only: too slow for a draft loop"
         return memory.fits(_bytes_needed(case), self.device)
 
-    def _measure(self, case: DraftCase) -> dict[str, object]:
+    def measure(self, case: DraftCase) -> dict[str, object]:
         state = self._config(case)
         variant = variants.get(case.variant)
         loop = DraftLoop(self._head_for(case.head), variant.select, case.loop)
@@ -239,11 +236,8 @@ class DraftRunner:
         self, case: DraftCase, state: _ConfigState, call: Callable[[], object], body: Callable | None
     ) -> dict[str, object]:
         noop = self._noop_call(case, state) if case.sweep.selection_share else None
-        samples, noop_samples = measure_paired(
-            cycle_sampler(call, self.info, case.timing),
-            cycle_sampler(noop, self.info, case.timing) if noop else None,
-            case.timing,
-        )
+        samplers = [cycle_sampler(c, self.info, case.timing) for c in (call, noop) if c is not None]
+        samples, *paired = timing.measure_in_turn(samplers, case.timing)  # the no-op cycle in turn
         out: dict[str, object] = {
             "cycle_median_us": samples.median_us,
             "cycle_p20_us": samples.p20_us,
@@ -251,7 +245,8 @@ class DraftRunner:
             "samples": len(samples.seconds),
             "timing": samples.method,
         }
-        if noop_samples is not None:
+        if paired:
+            noop_samples = paired[0]
             selection = samples.median_us - noop_samples.median_us
             out.update(
                 noop_median_us=noop_samples.median_us,

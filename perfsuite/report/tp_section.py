@@ -1,7 +1,7 @@
-"""HTML fragment for tensor-parallel rows: all-gather-then-select against merge-partials, per tp.
+"""The tensor-parallel section of the report: all-gather-then-select against merge-partials, per tp.
 
-tp_html(frame) -> str   (plotly figures without plotly.js: the page already inlines it)
-python -m perfsuite.distributed.report ROWS.jsonl... [--out tp.html]   (table; standalone page)
+`section(frame)` holds the comparison table and a figure per tp; `tp_html(frame)` is its body as HTML.
+    python -m perfsuite.report.tp_section ROWS.jsonl... [--out tp.html]   (table; standalone page)
 
 plotly is imported only to draw a figure; without it each figure is a note and the tables stay.
 """
@@ -9,22 +9,45 @@ plotly is imported only to draw a figure; without it each figure is a note and t
 from __future__ import annotations
 
 import argparse
-import html
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from perfsuite.distributed import tp_variants
-from perfsuite.report.html import missing_plot_note, missing_plots_banner, plots_available
+from perfsuite.report import formatting as fmt
+from perfsuite.report.blocks import Block, Note, Section, Table, figure_block
+from perfsuite.report.page import render_fragment, render_page
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
+SECTION_ID = "tp"
+TITLE = "Tensor parallel: all-gather then select vs merge partials"
+PAGE_TITLE = "perfsuite: tensor-parallel selection"
+REPORT_AGAIN = "`python -m perfsuite.report.tp_section ROWS... --out FILE.html`"
 SHAPE = ["dtype", "vocab", "batch", "topk"]
 ALLGATHER = ("allgather_full_softmax", "allgather_identity")
 SHARDED = ("sharded_torch", "sharded_triton")
+SPEEDUP_CAPTION = "speedup: fastest all-gather variant's median / fastest merge-partials variant's"
+
+
+def section(frame: pd.DataFrame) -> Section:
+    """The report's tensor-parallel section: the comparison table, then a figure per tp."""
+    rows = tp_rows(frame)
+    if rows.empty:
+        return Section(SECTION_ID, TITLE, [Note("No tensor-parallel rows were measured.")])
+    blocks: list[Block] = [_comparison_table(comparison(rows))]
+    for tp in sorted(int(tp) for tp in rows["tp"].dropna().unique()):
+        blocks.append(figure_block(f"tp-{tp}", _figure_title(tp), partial(figure, rows, tp)))
+    return Section(SECTION_ID, TITLE, blocks)
+
+
+def tp_html(frame: pd.DataFrame) -> str:
+    """The tensor-parallel section's body as HTML, without the page around it (a note without TP rows)."""
+    return render_fragment(section(frame))
 
 
 def tp_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -55,20 +78,13 @@ def comparison(rows: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return "" if pd.isna(value) else f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-    return str(value)
+def _comparison_table(table: pd.DataFrame) -> Table:
+    rows = [[fmt.grouped(v) for v in row] for row in table.itertuples(index=False)]
+    return Table([str(c) for c in table.columns], rows, SPEEDUP_CAPTION)
 
 
-def _table(frame: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
-        for row in frame.itertuples(index=False)
-    )
-    caption = "speedup: fastest all-gather variant's median / fastest merge-partials variant's"
-    return f"<table class='tp'><caption>{caption}</caption><tr>{head}</tr>{body}</table>"
+def _figure_title(tp: int) -> str:
+    return f"tp = {tp}: all-gather then select vs merge partials"
 
 
 def _label(row: pd.Series) -> str:
@@ -98,7 +114,7 @@ def figure(rows: pd.DataFrame, tp: int) -> go.Figure:
     fig.update_xaxes(categoryorder="array", categoryarray=labels)
     fig.update_yaxes(type="log")
     fig.update_layout(
-        title=f"tp = {tp}: all-gather then select vs merge partials",
+        title=_figure_title(tp),
         barmode="group",
         template="plotly_white",
         height=620,
@@ -110,39 +126,17 @@ def _color(i: int) -> str:
     return ("#636efa", "#ab63fa", "#00cc96", "#ef553b")[i % 4]
 
 
-def tp_html(frame: pd.DataFrame) -> str:
-    """An HTML fragment: per tp, a comparison table and a figure (empty note without TP rows)."""
-    rows = tp_rows(frame)
-    if rows.empty:
-        return "<p class='note'>No tensor-parallel rows were measured.</p>"
-    parts = [_table(comparison(rows))]
-    for tp in sorted(rows["tp"].dropna().unique()):
-        if plots_available() is not None:
-            title = f"tp = {int(tp)}: all-gather then select vs merge partials"
-            parts.append(f"<p class='note'>{html.escape(missing_plot_note(title))}</p>")
-            continue
-        parts.append(figure(rows, int(tp)).to_html(full_html=False, include_plotlyjs=False))
-    return "\n".join(parts)
-
-
-def page(frame: pd.DataFrame, title: str = "perfsuite: tensor-parallel selection") -> str:
-    """A standalone HTML page around `tp_html`, plotly.js inlined (no network needed to view it); without
+def page(frame: pd.DataFrame, title: str = PAGE_TITLE) -> str:
+    """A standalone page around the section, plotly.js inlined (no network needed to view it); without
     plotly, no script and a note on how to get the plots."""
-    head = f"<meta charset='utf-8'><title>{html.escape(title)}</title>"
-    heading = "<h1>Tensor parallel: all-gather then select vs merge partials</h1>"
-    if plots_available() is not None:
-        again = "`python -m perfsuite.distributed.report ROWS... --out FILE.html`"
-        heading += f"<p class='note'>{html.escape(missing_plots_banner(again))}</p>"
-        return f"<!doctype html><html><head>{head}</head><body>{heading}{tp_html(frame)}</body></html>"
-    import plotly.offline
-
-    script = f"<script>{plotly.offline.get_plotlyjs()}</script>"
-    return f"<!doctype html><html><head>{head}{script}</head><body>{heading}{tp_html(frame)}</body></html>"
+    rows = tp_rows(frame)
+    subtitle = f"{len(rows)} measured tensor-parallel cases"
+    return render_page(title, subtitle, [section(frame)], REPORT_AGAIN)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison table of result files (JSON lines or CSV); write a page with --out."""
-    p = argparse.ArgumentParser(prog="python -m perfsuite.distributed.report")
+    p = argparse.ArgumentParser(prog="python -m perfsuite.report.tp_section")
     p.add_argument("results", nargs="+", help="results.jsonl / tp*.jsonl / results.csv")
     p.add_argument("--out", help="write a standalone HTML page here")
     args = p.parse_args(argv)

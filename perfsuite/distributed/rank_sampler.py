@@ -15,8 +15,8 @@ import torch
 
 from perfsuite.device import DeviceInfo, synchronize
 from perfsuite.distributed.group import Group
-from perfsuite.scenario import Timing
-from perfsuite.timing import Samples, Spin, cache_flusher
+from perfsuite.settings import Timing
+from perfsuite.timing import Spin, cache_flusher
 
 
 class RankSampler:
@@ -54,17 +54,3 @@ class RankSampler:
         self.spin.cover(time.perf_counter() - queued_from)
         end.synchronize()
         return start.elapsed_time(end) * 1e-3
-
-
-def measure(sampler: RankSampler, timing: Timing) -> Samples:
-    """Warm up, then sample until `reps` samples or `max_seconds` (at least 3), decided the same on all
-    ranks from the all-reduced figures; each sample is the slowest rank's time."""
-    for _ in range(timing.warmup):
-        sampler.sample()
-    seconds: list[float] = []
-    start = time.perf_counter()
-    while True:
-        slowest, elapsed = sampler.group.max([sampler.sample(), time.perf_counter() - start])
-        seconds.append(slowest)
-        if len(seconds) >= timing.reps or (len(seconds) >= 3 and elapsed >= timing.max_seconds):
-            return Samples(tuple(seconds), sampler.method)

@@ -1,0 +1,119 @@
+"""Kernel cases: one selector call on one device, timed, its traffic accounted for and its outputs
+checked for parity. `KernelCaseRunner` is what `perfsuite run`, `profile`, `call`, `tune` and the
+pytest-benchmark front end prepare and measure a kernel case with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from perfsuite import inputs, memory, parity, paths, timing, variants
+from perfsuite.case_runner import run_case
+from perfsuite.device import DeviceInfo
+from perfsuite.rows import case_row, figures, launch_of
+from perfsuite.scenario import Case
+
+
+@dataclass
+class KernelCaseRunner:
+    """Runs cases on one device, keeping the current logits, reference and baseline between cases."""
+
+    info: DeviceInfo
+    env: dict[str, object]
+    _logits: tuple[tuple, torch.Tensor] | None = None
+    _truth: tuple[tuple, parity.Reference, tuple[torch.Tensor, torch.Tensor]] | None = None
+    counters: Callable[[Case], dict[str, object]] | None = None  # measured bytes (`run --counters`)
+    device: torch.device = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.device = torch.device(self.info.device)
+
+    def logits(self, case: Case) -> torch.Tensor:
+        key = (case.input_key, case.inputs)
+        if self._logits is None or self._logits[0] != key:
+            self._logits = self._truth = None
+            dtype = inputs.dtype_of(case.dtype)
+            self._logits = (
+                key,
+                inputs.make_logits(
+                    case.logits,
+                    case.batch,
+                    case.vocab,
+                    dtype,
+                    seed=case.inputs.seed,
+                    device=self.device,
+                    row_pad=case.inputs.row_pad,
+                    scale=case.inputs.scale,
+                ),
+            )
+        return self._logits[1]
+
+    def truth(self, case: Case) -> tuple[parity.Reference, tuple[torch.Tensor, torch.Tensor]]:
+        """float64 reference and the eager full_softmax outputs for the case's logits and k."""
+        key = (case.input_key, case.inputs, case.topk)
+        if self._truth is None or self._truth[0] != key:
+            logits = self.logits(case)
+            baseline = variants.get(variants.BASELINE)(logits, case.topk)
+            self._truth = (key, parity.reference(logits, case.topk), baseline)
+        return self._truth[1], self._truth[2]
+
+    def skip_reason(self, case: Case) -> str | None:
+        """Why a case cannot run here, decided before anything is allocated."""
+        variant = variants.get(case.variant)
+        if case.topk > case.vocab:
+            return f"topk {case.topk} > vocab {case.vocab}"
+        reason = variant.available(self.device) or paths.unavailable(case.path, self.device)
+        if reason:
+            return reason
+        dtype = inputs.dtype_of(case.dtype)
+        elements = case.batch * case.vocab
+        need = (
+            inputs.bytes_needed(case.batch, case.vocab, dtype, case.inputs.row_pad)
+            + elements * 8  # the float64 reference's logsumexp
+            + 2 * variant.traffic(case.batch, case.vocab, case.topk, dtype).temp
+            + elements * dtype.itemsize  # the baseline's probabilities
+        )
+        return memory.fits(need, self.device)
+
+    def run(self, case: Case) -> dict[str, object]:
+        """Measure one case; always returns a row (status ok, skipped or error)."""
+        return run_case(self, case)
+
+    def identify(self, case: Case) -> dict[str, object]:
+        return {**case_row(case, self.env), "launch": launch_of(case)}
+
+    def release(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def prepare(self, case: Case) -> tuple[paths.PreparedCall, parity.Parity, int]:
+        """Bind the case on its path, check its outputs' parity and measure its peak temporary memory."""
+        variant = variants.get(case.variant)
+        logits = self.logits(case)
+        ref, baseline = self.truth(case)
+        prepared = paths.prepare(case.path, variant.select, logits, case.topk)
+        topk_p, topk_index = prepared.run()
+        check = parity.check(variant.accuracy, topk_p, topk_index, ref, baseline)
+        # a graph replay allocates nothing (its temporaries live in the graph's pool): measure the
+        # captured ops themselves, run once outside the graph
+        measured = prepared.body if prepared.graphed else prepared.run
+        return prepared, check, memory.peak_temp_bytes(measured, self.info)
+
+    def measure(self, case: Case) -> dict[str, object]:
+        """Prepare, check and time the case; with counters, also its measured HBM bytes."""
+        prepared, check, peak_temp = self.prepare(case)
+        samples = timing.measure(timing.sampler_for(prepared, self.info, case.timing), case.timing)
+        row = {**check.as_row(), **self.figures(case, samples, peak_temp), "status": "ok", "reason": ""}
+        if self.counters is not None:
+            self.release()  # the counter tool's process needs the memory this one cached
+            row.update(self.counters(case))
+        return row
+
+    def figures(self, case: Case, samples: timing.Samples, peak_temp: int) -> dict[str, object]:
+        """Time, bytes and bandwidth columns of one measured case."""
+        dtype = inputs.dtype_of(case.dtype)
+        traffic = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype)
+        ideal = variants.ideal_traffic(case.batch, case.vocab, case.topk, dtype)
+        return figures(samples, traffic, ideal, peak_temp, self.info.peak_gbps, self.env["copy_gbps"])

@@ -1,0 +1,109 @@
+"""The pieces every result row is built from, whatever the case kind (kernel, tensor parallel, draft):
+the identifying columns of a case, the time and bandwidth figures of its samples, the row of a case that
+raised, and the time stamp."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import torch
+
+from perfsuite import inputs, memory, timing, variants
+from perfsuite.scenario import Case
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+class CaseFailed(Exception):
+    """A case that failed with a known status ('error', or 'skipped' for out of memory) and reason, e.g.
+    decided together by the ranks of a tensor-parallel group."""
+
+    def __init__(self, reason: str, status: str = "error"):
+        super().__init__(reason)
+        self.status = status
+
+
+def failure(exc: BaseException) -> dict[str, str]:
+    """The status and reason of a case that raised: out of memory is a skip, anything else an error."""
+    if isinstance(exc, CaseFailed):
+        return {"status": exc.status, "reason": str(exc)}
+    if is_out_of_memory(exc):
+        return {"status": "skipped", "reason": f"out of memory: {one_line(exc)}"}
+    return {"status": "error", "reason": one_line(exc)}
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
+
+
+def figures(
+    samples: timing.Samples,
+    traffic: variants.Traffic,
+    ideal: variants.Traffic,
+    peak_temp: int,
+    peak_gbps: float | None,
+    copy_gbps: object,
+) -> dict[str, object]:
+    """Time, bytes and bandwidth columns from a case's samples and its traffic (model and ideal)."""
+    seconds = samples.median_us * 1e-6
+    achieved = memory.gbps(traffic.total, seconds)
+    copy = copy_gbps if isinstance(copy_gbps, (int, float)) else None
+    return {
+        "median_us": samples.median_us,
+        "p20_us": samples.p20_us,
+        "p80_us": samples.p80_us,
+        "samples": len(samples.seconds),
+        "timing": samples.method,
+        "bytes_model": traffic.total,
+        "bytes_ideal": ideal.total,
+        "gbps": achieved,
+        "gbps_ideal": memory.gbps(ideal.total, seconds),
+        "pct_peak": memory.percent(achieved, peak_gbps),
+        "pct_copy": memory.percent(achieved, copy),
+        "peak_temp_bytes": peak_temp,
+        "model_temp_bytes": traffic.temp,
+    }
+
+
+def accuracy_of(name: str) -> str:
+    """The accuracy claim of a single-device or tensor-parallel variant ('' for an unknown name)."""
+    from perfsuite.distributed import tp_variants
+
+    for registry in (variants, tp_variants):
+        try:
+            return registry.get(name).accuracy
+        except KeyError:
+            continue
+    return ""
+
+
+def case_row(case: Case, env: dict[str, object]) -> dict[str, object]:
+    """The identifying columns of a case's row."""
+    return {
+        **env,
+        "case_id": case.case_id,
+        "variant": case.variant,
+        "accuracy": accuracy_of(case.variant),
+        "path": case.path,
+        "dtype": case.dtype,
+        "vocab": case.vocab,
+        "batch": case.batch,
+        "topk": case.topk,
+        "logits": case.logits,
+        "l2": case.timing.l2,
+        "tp": case.tp,
+    }
+
+
+def launch_of(case: Case) -> str:
+    """How the case's variant launches it (the Triton variants' plan); "" for the others."""
+    describe = variants.get(case.variant).launch
+    dtype = inputs.dtype_of(case.dtype)
+    return describe(case.batch, case.vocab, case.topk, dtype) if describe else ""
+
+
+def stamp() -> dict[str, str]:
+    return {"timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -1,0 +1,191 @@
+"""The schema of every row kind perfsuite writes, in one place: the columns of kernel and tensor-parallel
+case rows (`results.csv`), the tensor-parallel extras, the draft rows (`draft.csv`), which columns identify a
+case, and the speedup against the baseline. Each column's text is its meaning; order is CSV order."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perfsuite import variants
+from perfsuite.distributed import tp_variants
+
+RESULT_COLUMNS: dict[str, str] = {
+    "scenario": "scenario name",
+    "case_id": "stable id of the case: variant/path/dtype/V/B/k/logits",
+    "variant": "selector name (perfsuite.variants)",
+    "accuracy": "what the variant claims: exact | rounded | inexact",
+    "path": "eager | graph | compile",
+    "backend": "cuda | rocm | cpu",
+    "device": "device name",
+    "simulated": "True: a GPU simulated on the CPU (PERFSUITE_SIMULATED_GPU), host times, never a GPU figure",
+    "dtype": "logits dtype",
+    "vocab": "V",
+    "batch": "B",
+    "topk": "k",
+    "logits": "logits distribution",
+    "l2": "cache state while timing: cold (flushed before each sample) | hot",
+    "tp": "tensor-parallel ranks the vocabulary is split over (1: one device)",
+    "status": "ok | skipped | error",
+    "reason": "why the case was skipped or failed",
+    "launch": "how a Triton variant launched the case: kernel, splits x columns, tile, warps, prefetch",
+    "median_us": "median time per call, microseconds",
+    "p20_us": "20th percentile, microseconds",
+    "p80_us": "80th percentile, microseconds",
+    "samples": "timed samples behind the median",
+    "timing": "how it was timed: host perf_counter | device events | graph replay xN",
+    "speedup_vs_full": "baseline median / this median: same path, shape, dtype, logits, tp; same run",
+    "bytes_model": "HBM bytes the variant moves by its model (every pass and temporary)",
+    "bytes_ideal": "unavoidable bytes: read logits once, write [B, k] outputs",
+    "bytes_measured": "HBM bytes one call moved by hardware counters, read + write (`run --counters`)",
+    "bytes_read_measured": "... read (ncu dram__bytes_read.sum; rocprofv3 FETCH_SIZE)",
+    "bytes_write_measured": "... written (ncu dram__bytes_write.sum; rocprofv3 WRITE_SIZE)",
+    "bytes_measured_vs_model": "bytes_measured / bytes_model; over 20 % apart (outside 0.8-1.2) is flagged",
+    "counters": "how bytes_measured was measured (tool, replay, kernels), or why it was not",
+    "gbps": "bytes_model / median time, GB/s",
+    "gbps_ideal": "bytes_ideal / median time, GB/s (comparable across variants)",
+    "peak_gbps": "datasheet bandwidth of the device, GB/s",
+    "copy_gbps": "measured device-to-device copy bandwidth (read + write), GB/s",
+    "pct_peak": "gbps as a percent of peak_gbps",
+    "pct_copy": "gbps as a percent of copy_gbps",
+    "peak_temp_bytes": "peak memory the call allocates beyond its input (measured; graph: the captured ops)",
+    "model_temp_bytes": "largest temporary by the variant's model",
+    "verdict": "parity against float64: pass | inexact | fail | n/a",
+    "problem": "what the parity check found",
+    "idx_exact_ref": "share of slots with the float64 reference's index",
+    "idx_tie_ref": "... or a different index with an equal logit",
+    "top1_mismatch_ref": "share of rows whose top token is not (a tie of) the reference's",
+    "p_relerr_ref": "max relative error of topk_p against float64 at the variant's indices",
+    "idx_exact_base": "share of slots with full_softmax's index",
+    "idx_tie_base": "... or an equal-logit index",
+    "p_relerr_base": "max relative difference of topk_p from full_softmax where indices agree",
+    "finite_rows": "rows whose softmax is defined (-inf entries allowed); parity is judged on these",
+    "nonfinite_rows": "rows with NaN, +inf or only -inf logits (see the edge-case matrix)",
+    "torch": "torch version",
+    "triton": "triton version",
+    "runtime": "CUDA / HIP runtime",
+    "driver": "GPU driver version (nvidia-smi; amdgpu module version on ROCm)",
+    "git_sha": "commit of perfsuite",
+    "timestamp": "when the case finished (UTC, ISO 8601)",
+}
+CASE_KEYS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2", "tp")
+"""Columns that identify a case: rows from two runs match when these match (and the device)."""
+
+TP_COLUMNS: dict[str, str] = {
+    "backend_pg": "the process group's backend: gloo | nccl",
+    "hbm_bytes_model": "HBM bytes per rank by the variant's model",
+    "comm_bytes_model": "interconnect bytes each rank receives by the variant's model",
+    "comm_gbps": "comm_bytes_model / median time, GB/s",
+    "ranks_agree": "every rank returned the same bits",
+    "parity_ranks": "ranks whose parity was checked",
+}
+"""Columns tensor-parallel rows add after RESULT_COLUMNS (`to_frame` keeps them at the end)."""
+
+DRAFT_COLUMNS: dict[str, str] = {
+    "scenario": "scenario name",
+    "case_id": "stable id: draft/variant/path/dtype/V/H/B/k/steps/n/logits",
+    "variant": "vocabulary selector (perfsuite.variants)",
+    "accuracy": "what the variant claims: exact | rounded | inexact",
+    "path": "eager | graph (whole cycle in one CUDA/HIP graph) | compile (torch.compile of the cycle)",
+    "backend": "cuda | rocm | cpu",
+    "device": "device name",
+    "dtype": "draft head and logits dtype",
+    "vocab": "V",
+    "hidden": "draft head hidden size",
+    "layers": "draft head MLP layers",
+    "batch": "sequences per cycle",
+    "topk": "k: tokens kept per tree node and per level",
+    "num_steps": "draft tree depth (vocabulary selections per cycle: 1 in draft extend + num_steps - 1)",
+    "num_draft_tokens": "tokens handed to the verifier + 1 (the engines' convention)",
+    "logits": "draft head logits behaviour: head | near_ties",
+    "l2": "cache state at the start of a timed cycle: cold | hot",
+    "status": "ok | skipped | error",
+    "reason": "why the case was skipped or failed",
+    "cycle_median_us": "median time per draft cycle (extend + decode) as an engine pays it, microseconds",
+    "cycle_p20_us": "20th percentile, microseconds",
+    "cycle_p80_us": "80th percentile, microseconds",
+    "samples": "timed cycles behind the median",
+    "timing": "how cycles were timed",
+    "device_median_us": "GPU: device time per cycle (launch gaps removed); NaN on a CPU",
+    "device_p20_us": "20th percentile of the device time",
+    "device_p80_us": "80th percentile of the device time",
+    "device_timing": "how the device time was taken (graph replay xN: N cycles per timed graph)",
+    "noop_median_us": "median cycle with the selection replaced by a no-op of the same output shape",
+    "selection_us": "cycle_median_us - noop_median_us (may dip below 0 within noise)",
+    "selection_share": "selection_us / cycle_median_us, clipped to [0, 1]",
+    "selection_method": "how the selection's share was measured",
+    "selections_per_cycle": "vocabulary selections per cycle",
+    "kernels_per_cycle": "kernels per cycle from torch.profiler (kernels_unit says what was counted)",
+    "launches_per_cycle": "GPU: host launch calls per cycle (a graph cycle: one graph launch); NaN on CPU",
+    "kernels_unit": "what kernels_per_cycle counts",
+    "trees": "draft trees compared: cycles x batch",
+    "consumer_vs_base": (
+        "against full_softmax: identical | scores within rounding (relative difference <= 5%) | "
+        "scores differ (same tokens) | tokens differ"
+    ),
+    "orphan_trees": "share of trees with a drafted token whose parent was not drafted (a broken tree)",
+    "tok_diff_base": "share of trees whose draft tokens differ from full_softmax's (eager path)",
+    "parent_diff_base": "share of trees whose parent list differs from full_softmax's",
+    "pos_diff_base": "share of trees whose chosen positions (tree shape) differ from full_softmax's",
+    "score_abserr_base": "max |score - full_softmax's score| over the chosen positions",
+    "score_relerr_base": "max relative score difference from full_softmax",
+    "step0_diff_base": "share of trees whose draft-extend top-k tokens differ from full_softmax's",
+    "tok_diff_ref": "share of trees whose draft tokens differ from the float64-softmax selection's",
+    "parent_diff_ref": "... parent lists",
+    "pos_diff_ref": "... chosen positions",
+    "score_abserr_ref": "max |score - float64 selection's score|",
+    "score_relerr_ref": "max relative score difference from the float64 selection",
+    "bitexact_eager": "graph / compile: every output of every cycle equals the eager path's (same variant)",
+    "tok_diff_eager": "share of trees whose draft tokens differ from the eager path's (same variant)",
+    "parent_diff_eager": "... parent lists",
+    "pos_diff_eager": "... chosen positions",
+    "score_abserr_eager": "max |score - eager score| (same variant)",
+    "score_relerr_eager": "max relative score difference from eager (same variant)",
+    "graphs_cached": "graph path: draft graphs held in the cache after the case",
+    "torch": "torch version",
+    "triton": "triton version",
+    "runtime": "CUDA / HIP runtime",
+    "git_sha": "commit of perfsuite",
+    "timestamp": "when the case finished (UTC, ISO 8601)",
+}
+
+
+BASELINE = variants.BASELINE
+BASELINES = (BASELINE, tp_variants.BASELINE)
+"""The variant every speedup is relative to: single device first, then tensor parallel (tp > 1)."""
+SPEEDUP_KEYS = ("device", "backend", "path", "dtype", "vocab", "batch", "topk", "logits", "l2")
+"""A row's baseline is the baseline variant's row with the same values of these (and the same tp)."""
+
+
+def add_speedups(frame: pd.DataFrame, only_missing: bool = False) -> pd.DataFrame:
+    """`speedup_vs_full`: the baseline's median over each row's, per case (the median of the baseline's
+    rows where several runs are pooled). `only_missing` keeps the speedups the rows already carry."""
+    keys = [k for k in SPEEDUP_KEYS if k in frame]
+    tp = pd.to_numeric(frame["tp"], errors="coerce").fillna(1) if "tp" in frame else 1
+    data = frame.assign(_tp=tp)
+    keys.append("_tp")
+    base = data[(data["status"] == "ok") & data["variant"].isin(BASELINES)]
+    base = base.assign(_rank=base["variant"].map(BASELINES.index))
+    base = base.groupby([*keys, "_rank"], dropna=False)["median_us"].median().reset_index()
+    base = base.sort_values("_rank").drop_duplicates(keys)[[*keys, "median_us"]]
+    merged = data[keys].merge(base.rename(columns={"median_us": "_base"}), on=keys, how="left")
+    speedup = pd.Series(
+        merged["_base"].to_numpy() / pd.to_numeric(frame["median_us"]).to_numpy(), frame.index
+    )
+    out = frame.copy()
+    if only_missing and "speedup_vs_full" in frame:
+        out["speedup_vs_full"] = frame["speedup_vs_full"].where(frame["speedup_vs_full"].notna(), speedup)
+    else:
+        out["speedup_vs_full"] = speedup
+    return out
+
+
+FLAG_TOLERANCE = 0.20
+"""Measured and modelled bytes more than this far apart (relative to the model) are flagged."""
+
+
+def flagged(frame: pd.DataFrame, tolerance: float = FLAG_TOLERANCE) -> pd.Series:
+    """Rows whose measured bytes differ from the model by more than `tolerance` (of the model)."""
+    if "bytes_measured_vs_model" not in frame:
+        return pd.Series(False, index=frame.index)
+    ratio = pd.to_numeric(frame["bytes_measured_vs_model"], errors="coerce")
+    return ((ratio - 1).abs() > tolerance).fillna(False)
