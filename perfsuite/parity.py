@@ -33,14 +33,15 @@ class Reference:
     """float64 truth for one logits tensor and k: canonical indices, probabilities, finite-row mask."""
 
     logits: torch.Tensor  # the input, kept to look up logits and probabilities at any index
-    log_normalizer: torch.Tensor  # [B, 1] float64 logsumexp
+    row_max: torch.Tensor  # [B, 1] float64 max of the row
+    row_sum: torch.Tensor  # [B, 1] float64 sum(exp(x - row_max))
     finite: torch.Tensor  # [B] bool: well-defined rows (no NaN, no +inf, some finite value; -inf is a mask)
     index: torch.Tensor  # [B, k] int64, descending logit, lowest index on ties
     prob: torch.Tensor  # [B, k] float64
 
     def prob_at(self, index: torch.Tensor) -> torch.Tensor:
         """float64 softmax probabilities at `index` `[B, k]`."""
-        return _prob_at(self.logits, self.log_normalizer, index)
+        return _prob_at(self.logits, self.row_max, self.row_sum, index)
 
     def logit_at(self, index: torch.Tensor) -> torch.Tensor:
         return self.logits.gather(-1, index)
@@ -48,7 +49,12 @@ class Reference:
     def subset(self, rows: torch.Tensor) -> Reference:
         """The reference restricted to the rows selected by the bool mask `rows`."""
         return Reference(
-            self.logits[rows], self.log_normalizer[rows], self.finite[rows], self.index[rows], self.prob[rows]
+            self.logits[rows],
+            self.row_max[rows],
+            self.row_sum[rows],
+            self.finite[rows],
+            self.index[rows],
+            self.prob[rows],
         )
 
 
@@ -57,16 +63,23 @@ def defined_rows(logits: torch.Tensor) -> torch.Tensor:
     return ~(torch.isnan(logits) | (logits == float("inf"))).any(dim=-1) & torch.isfinite(logits).any(dim=-1)
 
 
-def _prob_at(logits: torch.Tensor, log_normalizer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    return torch.exp(logits.gather(-1, index).double() - log_normalizer)
+def _prob_at(
+    logits: torch.Tensor, row_max: torch.Tensor, row_sum: torch.Tensor, index: torch.Tensor
+) -> torch.Tensor:
+    return torch.exp(logits.gather(-1, index).double() - row_max) / row_sum
 
 
 def reference(logits: torch.Tensor, k: int) -> Reference:
-    """float64 softmax and the canonical top-k (descending logit, lowest index first)."""
+    """float64 softmax and the canonical top-k (descending logit, lowest index first).
+
+    Probabilities are `exp(x_i - m) / sum(exp(x - m))`, exact at any finite magnitude: adding `log(sum)` to
+    a huge max (a logsumexp) would round it away, so four tied maxima at 1e30 would not get 0.25."""
     _, index = topk_lowest_index(logits, k)
-    log_normalizer = torch.logsumexp(logits.double(), dim=-1, keepdim=True)
+    x = logits.double()
+    row_max = x.amax(dim=-1, keepdim=True)
+    row_sum = torch.exp(x - row_max).sum(dim=-1, keepdim=True)
     finite = defined_rows(logits)
-    return Reference(logits, log_normalizer, finite, index, _prob_at(logits, log_normalizer, index))
+    return Reference(logits, row_max, row_sum, finite, index, _prob_at(logits, row_max, row_sum, index))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ Every problem is reported as one `ScenarioError` naming the file, the key and wh
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +130,7 @@ TIMING_CHECKS = {
 INPUT_CHECKS = {
     "seed": _int_at_least(0),
     "row_pad": _int_at_least(0),
-    "scale": checks.scalar("a number > 0", lambda v: checks.is_number(v) and v > 0, float),
+    "scale": checks.scalar("a finite number > 0", lambda v: checks.is_number(v) and 0 < v < math.inf, float),
 }
 TOP_LEVEL = ("name", "description", "device", "sweep", "timing", "inputs")
 EXTRA_TABLES = ("draft",)

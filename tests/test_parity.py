@@ -15,6 +15,20 @@ def test_reference_is_the_float64_softmax():
     assert ref.prob.dtype == torch.float64 and bool(ref.finite.all())
 
 
+def test_the_reference_is_exact_at_huge_finite_magnitudes():
+    """Four tied maxima at 1e30: p = 0.25 each. A logsumexp (max + log(sum)) rounds log(4) away at that
+    magnitude and gave 1.0, judging the exact identity a failure and the 1.0 shortcut a pass."""
+    logits = torch.zeros(2, 64, dtype=torch.float32)
+    logits[:, [3, 17, 40, 63]] = 1e30
+    logits[1, :3] = -1e30
+    ref = parity.reference(logits, 4)
+    assert torch.equal(ref.prob, torch.full((2, 4), 0.25, dtype=torch.float64))
+    identity = parity.check("exact", *variants.get("identity")(logits, 4), ref)
+    shortcut = parity.check("inexact", *variants.get("argmax_ones")(logits, 4), ref)
+    assert identity.verdict == "pass", identity.problem
+    assert shortcut.verdict == "inexact"
+
+
 def test_a_correct_selection_passes_and_a_wrong_token_fails():
     logits = inputs.make_logits("peaked", 8, 1000, torch.float32, seed=2)
     ref = parity.reference(logits, 2)

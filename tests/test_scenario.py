@@ -84,6 +84,7 @@ BAD = {
     "reps": ("[timing]\nreps = 0", "[timing].reps: expected an integer >= 1"),
     "timing_key": ("[timing]\nrepeats = 3", "[timing].repeats: unknown key"),
     "seed": ('[inputs]\nseed = "x"', "[inputs].seed: expected an integer >= 0"),
+    "scale_inf": ("[inputs]\nscale = inf", "[inputs].scale: expected a finite number > 0"),
     "device": ('device = "tpu"', "device: expected 'auto', 'cpu', 'cuda' or 'cuda:N'"),
     "name": ("name = 3", "name: expected a string"),
     "table": ("timing = 3", "[timing]: expected a table"),
