@@ -150,7 +150,7 @@ class GraphSampler(Sampler):
                 flush()
             return body()
 
-        def flush_only() -> Outputs:
+        def flush_only() -> tuple[()]:
             flush()
             return ()
 
