@@ -144,11 +144,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.device:
         scenario = dataclasses.replace(scenario, device=args.device)
     out_dir = Path(args.out) if args.out else Path(f"{_default_out(scenario.name)}-profile")
-    try:
-        outcome = profile_scenario(scenario, out_dir, calls=args.calls, only=args.only)
-    except KeyboardInterrupt:
-        print(f"interrupted: the traces profiled so far are under {out_dir}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    outcome = profile_scenario(scenario, out_dir, calls=args.calls, only=args.only)
     counts = outcome.cases["status"].value_counts().to_dict()
     print(f"{len(outcome.cases)} cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     activity = outcome.cases["activity"].dropna() if "activity" in outcome.cases else pd.Series(dtype=str)
@@ -162,6 +158,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     print(
         f"  {'traces':10s} {out_dir}/<case>/*.pt.trace.json (tensorboard --logdir {out_dir}; ui.perfetto.dev)"
     )
+    if outcome.interrupted:
+        print("interrupted: the cases profiled so far are written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return EXIT_OK
 
 

@@ -210,6 +210,7 @@ class ProfileOutcome:
     cases: pd.DataFrame
     kernels: pd.DataFrame
     files: dict[str, Path]
+    interrupted: bool = False
 
 
 def _case_columns(case: Case, info: DeviceInfo) -> dict[str, object]:
@@ -268,7 +269,8 @@ def select_cases(cases: list[Case], only: str | None) -> list[Case]:
 def profile_scenario(
     scenario: Scenario, out_dir: Path, *, calls: int = 5, only: str | None = None
 ) -> ProfileOutcome:
-    """A trace per case of the scenario under `out_dir`, then kernels.csv and cases.csv."""
+    """A trace per case of the scenario under `out_dir`, then kernels.csv and cases.csv (interrupted: the
+    tables of the cases profiled so far)."""
     info = detect(scenario.device)
     runner = KernelCaseRunner(info, {"device": info.name, "backend": info.backend})
     cases = select_cases(expand(scenario), only)
@@ -276,10 +278,14 @@ def profile_scenario(
         raise ScenarioError(f"{scenario.source}: no case matches {only!r} (`perfsuite list` shows them)")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, tables = [], []
-    for case in cases:
-        row, kernels = profile_case(runner, case, out_dir, calls)
-        rows.append(row)
-        tables.append(kernels)
+    interrupted = False
+    try:
+        for case in cases:
+            row, kernels = profile_case(runner, case, out_dir, calls)
+            rows.append(row)
+            tables.append(kernels)
+    except KeyboardInterrupt:
+        interrupted = True
     kernels = (
         pd.concat([t for t in tables if len(t)], ignore_index=True)
         if any(len(t) for t in tables)
@@ -289,9 +295,9 @@ def profile_scenario(
     kernels = kernels[[*front, *(c for c in kernels.columns if c not in front)]]
     files = {"kernels": out_dir / "kernels.csv", "cases": out_dir / "cases.csv"}
     kernels.to_csv(files["kernels"], index=False)
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame(rows, columns=None if rows else ["case_id", "status", "reason"])
     frame.to_csv(files["cases"], index=False)
-    return ProfileOutcome(frame, kernels, files)
+    return ProfileOutcome(frame, kernels, files, interrupted)
 
 
 def short_table(outcome: ProfileOutcome, width: int = 60) -> str:

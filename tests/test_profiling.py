@@ -184,3 +184,22 @@ def test_call_runs_one_case_and_reports_skips(scenario_file, capsys):
     assert "skipped: graph capture needs" in capsys.readouterr().err
     assert cli.main(["call", str(scenario_file), "identity/eager/nope"]) == 2
     assert "no case 'identity/eager/nope'" in capsys.readouterr().err
+
+
+def test_an_interrupted_profile_writes_the_tables_of_the_cases_done(scenario_file, tmp_path, monkeypatch):
+    from perfsuite import profiling
+
+    real, done = profiling.profile_case, []
+
+    def stop_at_the_third(runner, case, out_dir, calls):
+        if len(done) == 2:
+            raise KeyboardInterrupt
+        done.append(case.case_id)
+        return real(runner, case, out_dir, calls)
+
+    monkeypatch.setattr(profiling, "profile_case", stop_at_the_third)
+    out = tmp_path / "prof"
+    command = ["profile", str(scenario_file), "--out", str(out), "--calls", "1"]
+    assert cli.main(command) == cli.EXIT_INTERRUPTED
+    assert list(pd.read_csv(out / "cases.csv")["case_id"]) == done
+    assert (out / "kernels.csv").exists()
