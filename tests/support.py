@@ -22,3 +22,22 @@ needs_real_gpu = pytest.mark.skipif(
 def stable_topk(x: torch.Tensor, k: int) -> torch.Tensor:
     """Independent canonical top-k indices: a stable descending sort of the whole row."""
     return torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
+LONG_SWEEP = """
+name = "long"
+device = "cpu"
+[sweep]
+variants = ["full_softmax", "identity", "argmax_ones"]
+dtypes = ["bfloat16", "float32"]
+vocab = [1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500, 6000, 6500, 7000, 7500, 8000, 8500]
+batch = [1, 2, 3, 4, 5, 6, 7, 8]
+topk = [1, 2, 3, 4]
+logits = ["gaussian"]
+[timing]
+warmup = 1
+reps = 3
+max_seconds = 0.01
+"""
+"""Minutes of CPU cases: the sweep the interruption tests stop long before its end."""
+LONG_SWEEP_CASES = 3 * 2 * 16 * 8 * 4

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support import LONG_SWEEP, LONG_SWEEP_CASES
 
 from perfsuite import cli, kernels
 from perfsuite.kernels import resources
@@ -28,22 +29,6 @@ CODES = {
     "internal error": cli.EXIT_INTERNAL,
     "interrupted": cli.EXIT_INTERRUPTED,
 }
-LONG_SWEEP = """
-name = "long"
-device = "cpu"
-[sweep]
-variants = ["full_softmax", "identity", "argmax_ones"]
-dtypes = ["bfloat16", "float32"]
-vocab = [1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500, 6000, 6500, 7000, 7500, 8000, 8500]
-batch = [1, 2, 3, 4, 5, 6, 7, 8]
-topk = [1, 2, 3, 4]
-logits = ["gaussian"]
-[timing]
-warmup = 1
-reps = 3
-max_seconds = 0.01
-"""
-LONG_SWEEP_CASES = 3 * 2 * 16 * 8 * 4  # minutes of cases: the signal comes long before the end
 TWO_SHAPES = """
 name = "two"
 device = "cpu"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from support import LONG_SWEEP, LONG_SWEEP_CASES
 
 from perfsuite import kernels
 
@@ -71,24 +72,18 @@ num_steps = 2
 logits = "head"
 cycles = 2
 """
-LONG_SWEEP = """
-name = "long-dry-run"
-device = "cpu"
-[sweep]
-variants = ["full_softmax", "identity", "argmax_ones"]
-dtypes = ["bfloat16", "float32"]
-vocab = [1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500, 6000, 6500, 7000, 7500, 8000, 8500]
-batch = [1, 2, 3, 4, 5, 6, 7, 8]
-topk = [1, 2, 3, 4]
-logits = ["gaussian"]
-"""
-LONG_SWEEP_CASES = 3 * 2 * 16 * 8 * 4  # minutes of cases: stopped long before the end
 A_TEST = "def test_the_tests_stage_runs_pytest():\n    assert sum([1, 2]) == 3\n"
 
 
 def _scenario(folder: Path, name: str, text: str) -> str:
     path = folder / f"{name}.toml"
     path.write_text(text + TIMING)
+    return str(path)
+
+
+def _long_sweep(folder: Path) -> str:
+    path = folder / "long.toml"
+    path.write_text(LONG_SWEEP)
     return str(path)
 
 
@@ -176,7 +171,7 @@ def test_a_stage_over_its_budget_is_stopped_and_what_it_measured_is_packed(tmp_p
     # the sweep gets SIGINT after 25 s, far from done; the summary then finds the total budget spent.
     # A small MAX_BYTES: a file over it is packed gzipped, or left out, and summary.md says which
     limits = {"SWEEP_S": "25", "GRACE_S": "15", "PACK_S": "5", "BUDGET_S": "46", "MAX_BYTES": "300000"}
-    done = _run(tmp_path, "sweep summary", SCENARIO=_scenario(tmp_path, "long", LONG_SWEEP), **limits)
+    done = _run(tmp_path, "sweep summary", SCENARIO=_long_sweep(tmp_path), **limits)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     out = tmp_path / "out"
     names = _assert_returnable(out, max_bytes=300000)
@@ -193,7 +188,7 @@ def test_a_stage_over_its_budget_is_stopped_and_what_it_measured_is_packed(tmp_p
 
 
 def test_sigterm_to_the_script_stops_the_stage_and_packs(tmp_path):
-    env = _env(tmp_path, "sweep summary", SCENARIO=_scenario(tmp_path, "long", LONG_SWEEP))
+    env = _env(tmp_path, "sweep summary", SCENARIO=_long_sweep(tmp_path))
     command = ["bash", str(SCRIPT), str(tmp_path / "out")]
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -21,9 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perfsuite.simulated_gpu import runtime
-
-NO_COPY_BACK = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default}
-"""Ops whose captured output needs no refill on replay (its contents are undefined anyway)."""
+from perfsuite.simulated_gpu.tensors import ALLOCATIONS
 
 _pool_ids = itertools.count(1)
 
@@ -119,7 +117,7 @@ def _replay_of(func, args: tuple, kwargs: dict, captured: object) -> Callable[[]
         for i, out in enumerate(outputs)
         if isinstance(out, torch.Tensor)
         and not (i < len(returns) and returns[i].alias_info is not None)  # views, in-place results
-        and func not in NO_COPY_BACK
+        and func not in ALLOCATIONS
     ]
 
     def run() -> None:

@@ -168,7 +168,8 @@ def _name(func: object) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or str(func)
 
 
-NOT_KERNELS = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default}
+ALLOCATIONS = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default}
+"""Ops that only allocate: no kernel runs, their contents are undefined (a replay need not refill them)."""
 
 
 class DeviceWork(TorchDispatchMode):
@@ -180,7 +181,7 @@ class DeviceWork(TorchDispatchMode):
         schema = getattr(func, "_schema", None)
         returns = schema.returns if schema is not None else ()
         views = bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
-        if not views and func not in NOT_KERNELS:
+        if not views and func not in ALLOCATIONS:
             runtime.kernel_ran(replayed=graphs_replaying())
         outputs = result if isinstance(result, (tuple, list)) else (result,)
         for i, out in enumerate(outputs):
