@@ -4,13 +4,20 @@ A `CaseRunner` names the columns that identify a case, says why the case cannot 
 anything is allocated) and measures it: prepares the call, checks its parity, times it, and returns the
 row's figures. `run_case` is the one failure shell around them: the row of a skipped, measured or broken
 case (out of memory is a skip, anything else an error), stamped; a broken case never stops a sweep.
+
+A `PairedRunner` prepares cases without timing them, so `run_in_turn` can sample the cases of one shape
+in turn and give each its speedup as a ratio of samples taken in the same seconds (`timing.paired_ratio`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from perfsuite import machine, timing
 from perfsuite.rows import failure, stamp
+from perfsuite.settings import Timing
 
 CaseT = TypeVar("CaseT", contravariant=True)
 
@@ -38,6 +45,7 @@ class CaseRunner(Protocol[CaseT]):
 def run_case(runner: CaseRunner[CaseT], case: CaseT) -> dict[str, object]:
     """The row of one case: skipped with its reason, measured, or the error it raised."""
     row = runner.identify(case)
+    since = machine.snapshot()
     try:
         reason = runner.skip_reason(case)
         if reason:
@@ -48,4 +56,73 @@ def run_case(runner: CaseRunner[CaseT], case: CaseT) -> dict[str, object]:
         row.update(failure(exc))
     finally:
         runner.release()
-    return {**row, **stamp()}
+    return {**row, **stamp(since)}
+
+
+@dataclass
+class Timed:
+    """A prepared case: the sampler that times it and how its samples become the row's figures."""
+
+    sampler: timing.Sampler
+    figures: Callable[[timing.Samples], dict[str, object]]
+
+
+class PairedRunner(CaseRunner[CaseT], Protocol):
+    """A case runner whose cases can be prepared now and timed later, in turn with others."""
+
+    def prepare_timed(self, case: CaseT) -> Timed:
+        """Prepare and check `case` (its parity and memory figures in `Timed.figures`), untimed."""
+        ...
+
+
+SAMPLES = "sample_seconds"
+"""The row key that carries a measured case's raw samples (seconds) to the run's samples log."""
+
+
+def run_in_turn(
+    runner: PairedRunner[CaseT], cases: Sequence[CaseT], settings: Timing, baseline: int | None = None
+) -> list[dict[str, object]]:
+    """The rows of cases of one shape, sampled in turn (`timing.measure_in_turn`); `baseline`: the index of
+    the case the others' speedups are paired against. A case that cannot run or breaks gets its row; if
+    one breaks while sampled, the others are timed alone (their speedups then come from medians)."""
+    rows = [runner.identify(case) for case in cases]
+    ready: dict[int, Timed] = {}
+    since = machine.snapshot()
+    try:
+        for i, case in enumerate(cases):
+            try:
+                reason = runner.skip_reason(case)
+                if reason:
+                    rows[i].update(status="skipped", reason=reason)
+                else:
+                    ready[i] = runner.prepare_timed(case)
+            except Exception as exc:  # one broken case must not stop the others
+                rows[i].update(failure(exc))
+        measured = timing.measure_each([t.sampler for t in ready.values()], settings) if ready else []
+        samples: dict[int, timing.Samples] = {}
+        for i, outcome in zip(ready, measured, strict=True):
+            if isinstance(outcome, BaseException):
+                rows[i].update(failure(outcome))
+                continue
+            try:
+                rows[i].update(ready[i].figures(outcome), status="ok", reason="")
+            except Exception as exc:
+                rows[i].update(failure(exc))
+                continue
+            samples[i] = outcome
+            rows[i][SAMPLES] = list(outcome.seconds)
+        paired = all(isinstance(m, timing.Samples) for m in measured)
+        if baseline in samples and paired:
+            for i, own in samples.items():
+                ratio = timing.paired_ratio(samples[baseline], own)
+                rows[i].update(
+                    speedup_vs_full=ratio.median,
+                    speedup_p20=ratio.p20,
+                    speedup_p80=ratio.p80,
+                    speedup_method="paired",
+                )
+    finally:
+        ready.clear()
+        runner.release()
+    finished = stamp(since)
+    return [{**row, **finished} for row in rows]

@@ -65,22 +65,47 @@ def _default_out(name: str) -> Path:
     return Path("reports") / f"{name}-{detect().backend}-{stamp}"
 
 
+def _scenario(args: argparse.Namespace):
+    """The scenario file with the command line's overrides (--device, --threads)."""
+    scenario = load(args.scenario)
+    if getattr(args, "device", None):
+        scenario = dataclasses.replace(scenario, device=args.device)
+    if getattr(args, "threads", None) is not None:
+        timing = dataclasses.replace(scenario.timing, threads=args.threads)
+        scenario = dataclasses.replace(scenario, timing=timing)
+    return scenario
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    from perfsuite.report.summary import console_table
+    from perfsuite.run_dir import RunRefused
     from perfsuite.runner import run_scenario
 
-    scenario = load(args.scenario)
-    if args.device:
-        scenario = dataclasses.replace(scenario, device=args.device)
+    scenario = _scenario(args)
     out_dir = Path(args.out) if args.out else _default_out(scenario.name)
-    outcome = run_scenario(
-        scenario, out_dir, resume=args.resume, progress=not args.no_progress, counters=args.counters
-    )
+    try:
+        outcome = run_scenario(
+            scenario,
+            out_dir,
+            resume=args.resume,
+            progress=not args.no_progress,
+            counters=args.counters,
+            only=args.only,
+            label=args.label,
+        )
+    except RunRefused as exc:
+        raise UsageError(str(exc)) from None
     frame = outcome.frame
+    table = console_table(frame)
+    if table:
+        print(table)
     for what, rows in (("cases", frame), ("draft cases", outcome.draft)):
         if len(rows) or what == "cases":
             print(f"{len(rows)} {what}: {_status_counts(rows)}")
     for name, path in outcome.files.items():
         print(f"  {name:10s} {path}")
+    for note in outcome.notes:
+        print(f"perfsuite: warning: {note}", file=sys.stderr)
     _print_caveats()
     if args.counters:
         _print_counters(frame)
@@ -140,9 +165,7 @@ def _print_counters(frame: pd.DataFrame) -> None:
 def _cmd_profile(args: argparse.Namespace) -> int:
     from perfsuite.profiling import profile_scenario, short_table
 
-    scenario = load(args.scenario)
-    if args.device:
-        scenario = dataclasses.replace(scenario, device=args.device)
+    scenario = _scenario(args)
     out_dir = Path(args.out) if args.out else Path(f"{_default_out(scenario.name)}-profile")
     outcome = profile_scenario(scenario, out_dir, calls=args.calls, only=args.only)
     counts = outcome.cases["status"].value_counts().to_dict()
@@ -167,9 +190,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 def _cmd_call(args: argparse.Namespace) -> int:
     from perfsuite.profiling import call_case
 
-    scenario = load(args.scenario)
-    if args.device:
-        scenario = dataclasses.replace(scenario, device=args.device)
+    scenario = _scenario(args)
     reason = call_case(scenario, args.case_id, calls=args.calls, roctx_region=args.roctx_region)
     if reason:
         print(f"perfsuite: skipped: {reason}", file=sys.stderr)
@@ -270,12 +291,13 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from perfsuite import kernels
+    from perfsuite import kernels, threads
     from perfsuite.device import detect
     from perfsuite.kernels import tuned, tuner
 
-    scenario = load(args.scenario)
-    info = detect(args.device or scenario.device)
+    scenario = _scenario(args)
+    threads.apply(scenario.timing.threads)
+    info = detect(scenario.device)
     reason = kernels.availability(info.device)
     if reason:
         raise UsageError(f"`tune` times the Triton kernels: {reason}")
@@ -329,6 +351,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _threads_option(s)
+    s.add_argument("--only", help="run only the cases whose case_id matches this glob")
+    s.add_argument("--label", help="the run's label in its rows and reports (default: start time and host)")
     s.add_argument(
         "--counters",
         action="store_true",
@@ -356,6 +381,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
     s.add_argument("--calls", type=_positive, default=5, help="profiled calls per case (default 5)")
     s.add_argument("--only", help="profile only cases whose case_id matches this glob or substring")
+    _threads_option(s)
     s.set_defaults(func=_cmd_profile)
 
     s = sub.add_parser(
@@ -391,6 +417,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also wrap the calls in roctxProfilerResume/Pause (rocprofv3 --selected-regions)",
     )
+    _threads_option(s)
     s.set_defaults(func=_cmd_call)
 
     s = sub.add_parser(
@@ -423,11 +450,30 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="table JSON (default perfsuite/kernels/tuned/<device>.json)")
     s.add_argument("--csv", help="every candidate's times (default: the table's name with .csv)")
     s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
+    _threads_option(s)
     s.set_defaults(func=_cmd_tune)
 
     s = sub.add_parser("variants", help="list the registered variants")
     s.set_defaults(func=_cmd_variants)
     return p
+
+
+def _threads_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--threads",
+        type=_at_least_zero,
+        help="torch CPU threads (default: the scenario's [timing] threads, else 1; 0: torch's default)",
+    )
+
+
+def _at_least_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from perfsuite import memory
+from perfsuite import machine, memory
 from perfsuite.device import DeviceInfo
 
 
@@ -65,10 +65,61 @@ def driver_version(info: DeviceInfo) -> str:
     return ""
 
 
-def environment(info: DeviceInfo, scenario: str) -> dict[str, object]:
-    """Facts every row carries: where and with what it was measured."""
+def gpu_state(info: DeviceInfo) -> dict[str, object]:
+    """The GPU's clocks (MHz), temperature (C) and power (W) now, where readable: nvidia-smi on NVIDIA,
+    the amdgpu sysfs files on ROCm; {} on a CPU or a simulated GPU."""
+    if info.simulated or not info.is_gpu:
+        return {}
+    if info.backend == "cuda":
+        index = info.device.split(":")[-1]
+        fields = (
+            "clocks.sm",
+            "clocks.mem",
+            "clocks.max.sm",
+            "temperature.gpu",
+            "power.draw",
+        )
+        line = _first_line_of(
+            [
+                "nvidia-smi",
+                f"--id={index}",
+                f"--query-gpu={','.join(fields)}",
+                "--format=csv,noheader,nounits",
+            ]
+        )
+        values = [v.strip() for v in line.split(",")] if line else []
+        names = ("sm_mhz", "mem_mhz", "max_sm_mhz", "temp_c", "power_w")
+        return dict(zip(names, values, strict=True)) if len(values) == len(names) else {}
+    out: dict[str, object] = {}
+    for card in sorted(Path("/sys/class/drm").glob("card[0-9]*/device"))[:1]:
+        for name, key in (("pp_dpm_sclk", "sm_mhz"), ("pp_dpm_mclk", "mem_mhz")):
+            lines = _read_lines(card / name)
+            current = [line for line in lines if line.endswith("*")]
+            if current:
+                out[key] = current[0].split()[1].rstrip("*")
+        for temp in sorted(card.glob("hwmon/hwmon*/temp1_input"))[:1]:
+            lines = _read_lines(temp)
+            if lines:
+                out["temp_c"] = int(lines[0]) / 1000
+    return out
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().strip().splitlines()
+    except OSError:
+        return []
+
+
+def environment(info: DeviceInfo, scenario: str, *, run: str = "", settings: str = "") -> dict[str, object]:
+    """Facts every row carries: where and with what it was measured (`run`: the run's label; `settings`:
+    the fingerprint of its settings)."""
     return {
         "scenario": scenario,
+        "run": run,
+        "settings": settings,
+        "threads": torch.get_num_threads(),
+        **machine.facts(),
         "backend": info.backend,
         "device": info.name,
         "simulated": info.simulated,

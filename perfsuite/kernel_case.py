@@ -4,13 +4,13 @@ pytest-benchmark front end prepare and measure a kernel case with."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from perfsuite import inputs, memory, parity, paths, timing, variants
-from perfsuite.case_runner import run_case
+from perfsuite.case_runner import Timed, run_case, run_in_turn
 from perfsuite.device import DeviceInfo
 from perfsuite.rows import case_row, figures, launch_of
 from perfsuite.scenario import Case
@@ -81,6 +81,12 @@ class KernelCaseRunner:
         """Measure one case; always returns a row (status ok, skipped or error)."""
         return run_case(self, case)
 
+    def run_in_turn(self, cases: Sequence[Case]) -> list[dict[str, object]]:
+        """Measure cases of one shape and path, sampled in turn; speedups paired with the baseline's."""
+        names = [case.variant for case in cases]
+        baseline = names.index(variants.BASELINE) if variants.BASELINE in names else None
+        return run_in_turn(self, cases, cases[0].timing, baseline)
+
     def identify(self, case: Case) -> dict[str, object]:
         return {**case_row(case, self.env), "launch": launch_of(case)}
 
@@ -101,15 +107,24 @@ class KernelCaseRunner:
         measured = prepared.body if prepared.graphed else prepared.run
         return prepared, check, memory.peak_temp_bytes(measured, self.info)
 
-    def measure(self, case: Case) -> dict[str, object]:
-        """Prepare, check and time the case; with counters, also its measured HBM bytes."""
+    def prepare_timed(self, case: Case) -> Timed:
+        """Prepare and check the case, untimed: its sampler, and its figures from samples (with counters,
+        also its measured HBM bytes)."""
         prepared, check, peak_temp = self.prepare(case)
-        samples = timing.measure(timing.sampler_for(prepared, self.info, case.timing), case.timing)
-        row = {**check.as_row(), **self.figures(case, samples, peak_temp), "status": "ok", "reason": ""}
-        if self.counters is not None:
-            self.release()  # the counter tool's process needs the memory this one cached
-            row.update(self.counters(case))
-        return row
+
+        def row(samples: timing.Samples) -> dict[str, object]:
+            out = {**check.as_row(), **self.figures(case, samples, peak_temp)}
+            if self.counters is not None:
+                self.release()  # the counter tool's process needs the memory this one cached
+                out.update(self.counters(case))
+            return out
+
+        return Timed(timing.sampler_for(prepared, self.info, case.timing), row)
+
+    def measure(self, case: Case) -> dict[str, object]:
+        """Prepare, check and time the case alone."""
+        timed = self.prepare_timed(case)
+        return {**timed.figures(timing.measure(timed.sampler, case.timing)), "status": "ok", "reason": ""}
 
     def figures(self, case: Case, samples: timing.Samples, peak_temp: int) -> dict[str, object]:
         """Time, bytes and bandwidth columns of one measured case."""

@@ -11,6 +11,7 @@ from functools import cache
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from perfsuite import machine
 from perfsuite.device import DeviceInfo, synchronize
 
 MEMORY_HEADROOM = 0.85
@@ -53,17 +54,11 @@ def copy_gbps(device: str, nbytes: int = 512 << 20, reps: int = 10) -> float:
 
 
 def available_bytes(device: torch.device) -> int:
-    """Free memory on the device (GPU: the driver's free figure; CPU: MemAvailable)."""
+    """Free memory on the device (GPU: the driver's free figure; CPU: MemAvailable capped by the cgroup's
+    memory limit, so a container's limit is honoured)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62  # unknown: do not refuse
+    return machine.host_available_bytes()
 
 
 def fits(nbytes: int, device: torch.device) -> str | None:

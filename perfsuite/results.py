@@ -24,10 +24,14 @@ def to_frame(rows: Iterable[dict[str, object]]) -> pd.DataFrame:
 
 
 class ResultsLog:
-    """Appends each finished row to `results.jsonl` at once, so an interrupted run keeps what it measured."""
+    """Appends each finished row to a JSON-lines log at once, so an interrupted run keeps what it measured.
+
+    Reading tolerates a torn last line (a process killed mid-write, a full disk): it is dropped, and
+    `dropped` says so; so is any other line that is not a JSON object."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.dropped: list[str] = []
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, row: dict[str, object]) -> None:
@@ -36,10 +40,33 @@ class ResultsLog:
             f.flush()
 
     def read(self) -> list[dict[str, object]]:
+        self.dropped = []
         if not self.path.exists():
             return []
-        with self.path.open(encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        rows = []
+        lines = self.path.read_text(encoding="utf-8", errors="replace").split("\n")
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict):
+                rows.append(row)
+                continue
+            torn = number == len(lines)  # no newline after it: the write never finished
+            what = "a torn last line (an interrupted write)" if torn else f"line {number}: not a JSON row"
+            self.dropped.append(f"{self.path}: dropped {what}: {line[:60]!r}")
+        return rows
+
+    def rewrite(self, rows: list[dict[str, object]]) -> None:
+        """Replace the log's contents with `rows` (atomically)."""
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, default=_jsonable) + "\n")
+        tmp.replace(self.path)
 
 
 def _jsonable(value: object) -> object:

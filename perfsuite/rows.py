@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from perfsuite import inputs, memory, timing, variants
+from perfsuite import inputs, machine, memory, timing, variants
 from perfsuite.scenario import Case
 
 
@@ -56,6 +56,8 @@ def figures(
         "p20_us": samples.p20_us,
         "p80_us": samples.p80_us,
         "samples": len(samples.seconds),
+        "spread": samples.spread,
+        "unstable": samples.unstable,
         "timing": samples.method,
         "bytes_model": traffic.total,
         "bytes_ideal": ideal.total,
@@ -105,5 +107,12 @@ def launch_of(case: Case) -> str:
     return describe(case.batch, case.vocab, case.topk, dtype) if describe else ""
 
 
-def stamp() -> dict[str, str]:
-    return {"timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+def stamp(since: machine.CpuSnapshot | None = None) -> dict[str, object]:
+    """When the case finished and how busy the machine was: other processes' cores since `since` (the
+    case's start), and the load average."""
+    busy = machine.other_cores(since, machine.snapshot()) if since else float("nan")
+    return {
+        "other_cores": busy,
+        "load_avg": machine.load_average(),
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -6,14 +6,17 @@ records why (skipped) and a case that breaks records its error, and the sweep go
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import fnmatch
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from perfsuite import edge_cases, inputs, variants
+from perfsuite import edge_cases, inputs, machine, run_dir, threads, variants
+from perfsuite.case_runner import SAMPLES
 from perfsuite.device import DeviceInfo, detect
-from perfsuite.environment import environment
+from perfsuite.environment import environment, gpu_state
 from perfsuite.kernel_case import KernelCaseRunner
 from perfsuite.progress import progress_bar
 from perfsuite.results import ResultsLog, to_frame, write_tables
@@ -32,6 +35,7 @@ class RunOutcome:
     out_dir: Path
     files: dict[str, Path]
     interrupted: bool
+    notes: list[str] = field(default_factory=list)  # warnings for the console and the report's top
 
     @property
     def exact_failures(self) -> pd.DataFrame:
@@ -46,21 +50,71 @@ def run_scenario(
     resume: bool = False,
     progress: bool = True,
     counters: bool = False,
+    only: str | None = None,
+    label: str | None = None,
 ) -> RunOutcome:
     """Run every case of a scenario into `out_dir`: results.jsonl as it goes, then CSV, JSON and HTML.
 
-    `counters`: also measure each ok case's HBM bytes with the vendor's counter tool (slow; see counters.py).
+    The variants of one shape and path are sampled in turn (`KernelCaseRunner.run_in_turn`). `only`: a
+    glob on case ids. `counters`: also measure each ok case's HBM bytes with the vendor's counter tool
+    (slow; see counters.py). Raises `run_dir.RunRefused` when another run holds `out_dir` or `resume`
+    meets a log of other settings; without `resume`, an earlier run's files move to `out_dir/earlier/`.
     """
+    with run_dir.claimed(out_dir):
+        return _run(scenario, out_dir, resume, progress, counters, only, label)
+
+
+def _run(
+    scenario: Scenario,
+    out_dir: Path,
+    resume: bool,
+    progress: bool,
+    counters: bool,
+    only: str | None,
+    label: str | None,
+) -> RunOutcome:
     from perfsuite.draft import expand_draft, run_draft
 
+    in_effect = threads.apply(scenario.timing.threads)
     info = detect(scenario.device)
-    env = environment(info, scenario.name)
-    log, done = open_log(out_dir / "results.jsonl", resume)
-    draft_log, draft_done = open_log(out_dir / "draft.jsonl", resume)
-    todo = [case for case in expand(scenario) if case.case_id not in done]
+    settings = run_dir.settings_of(scenario, info.name)
+    key = run_dir.fingerprint(settings)
+    earlier = run_dir.read_manifest(out_dir)
+    notes: list[str] = []
+    logs = [ResultsLog(out_dir / name) for name in run_dir.LOGS]
+    if resume:
+        kept = [_resumable(log, notes) for log in logs]
+        logged = {str(row.get("settings") or "") for rows in kept[:2] for row in rows}
+        run_dir.check_resume(out_dir, earlier, key, settings, logged)
+        label = str((earlier or {}).get("label") or label or run_dir.new_label(info.name))
+    else:
+        moved = run_dir.put_aside(out_dir)
+        if moved:
+            _note(notes, f"{out_dir} held an earlier run: its files moved to {moved}")
+        kept = [[], [], []]
+        label = label or run_dir.new_label(info.name)
+    for log, rows in zip(logs, kept, strict=True):
+        log.rewrite(rows)
+    log, draft_log, samples_log = logs
+    done = {str(row["case_id"]) for row in kept[0]}
+    draft_done = {str(row["case_id"]) for row in kept[1]}
+    usage = machine.CpuUse()
+    manifest = {
+        "label": label,
+        "settings_fingerprint": key,
+        "settings": settings,
+        "scenario_file": scenario.source,
+        "started": (earlier or {}).get("started") if resume else _now(),
+        "machine": {**machine.facts(), "threads": in_effect},
+        "start": {"load_avg": usage.load_start, "gpu": gpu_state(info)},
+    }
+    run_dir.write_manifest(out_dir, manifest)
+    env = environment(info, scenario.name, run=label, settings=key)
+    chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
+    todo = [case for case in expand(scenario) if case.case_id not in done and chosen(case.case_id)]
     single = [case for case in todo if not is_tensor_parallel(case)]
     parallel = [case for case in todo if is_tensor_parallel(case)]
-    drafts = [case for case in expand_draft(scenario) if case.case_id not in draft_done]
+    drafts = [c for c in expand_draft(scenario) if c.case_id not in draft_done and chosen(c.case_id)]
     collector = None
     if counters:
         from perfsuite.counters import CounterCollector
@@ -69,18 +123,63 @@ def run_scenario(
     runner = KernelCaseRunner(info, env, counters=collector)
     interrupted = False
     try:
-        for case in progress_bar(single, progress):
-            log.append(runner.run(case))
+        for group in progress_bar(same_shape(single), progress, unit="shape"):
+            for row in runner.run_in_turn(group):
+                _log_row(row, log, samples_log)
         if parallel:  # one torchrun launch per tp size; rank 0's rows come back as they finish
             from perfsuite.distributed.launch import run_tp_cases
 
             for row in progress_bar(run_tp_cases(scenario.source, parallel, out_dir, env), progress, "tp"):
-                log.append(row)
+                _log_row(row, log, samples_log)
         for row in run_draft(scenario, info, env, progress, cases=drafts):
             draft_log.append(row)
     except KeyboardInterrupt:
         interrupted = True
-    return finish(scenario, out_dir, log, draft_log, info, env, interrupted)
+    other = usage.overall()
+    shared = machine.sharing_note(other, usage.load_start, machine.load_average())
+    if shared:
+        _note(notes, shared)
+    manifest.update(
+        finished=_now(),
+        interrupted=interrupted,
+        end={"load_avg": machine.load_average(), "other_cores": other, "gpu": gpu_state(info)},
+        notes=notes,
+    )
+    run_dir.write_manifest(out_dir, manifest)
+    return finish(scenario, out_dir, log, draft_log, info, env, interrupted, notes)
+
+
+def same_shape(cases: list[Case]) -> list[list[Case]]:
+    """Cases grouped by everything but the variant (shape, dtype, logits, k, path), in first-seen order:
+    each group is sampled in turn."""
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        groups.setdefault((case.tp, case.input_key, case.topk, case.path), []).append(case)
+    return list(groups.values())
+
+
+def _log_row(row: dict[str, object], log: ResultsLog, samples_log: ResultsLog) -> None:
+    seconds = row.pop(SAMPLES, None)
+    if seconds:
+        samples_log.append({"case_id": row["case_id"], "run": row.get("run", ""), "seconds": seconds})
+    log.append(row)
+
+
+def _resumable(log: ResultsLog, notes: list[str]) -> list[dict[str, object]]:
+    """The rows a resumed run keeps: all but errors (retried) and lines that are not rows (dropped, said)."""
+    rows = log.read()
+    for text in log.dropped:
+        _note(notes, text)
+    return [row for row in rows if row.get("status") != "error"]
+
+
+def _note(notes: list[str], text: str) -> None:
+    """A warning for the end of the console output and the top of the report."""
+    notes.append(text)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def is_tensor_parallel(case: Case) -> bool:
@@ -88,19 +187,6 @@ def is_tensor_parallel(case: Case) -> bool:
     from perfsuite.distributed import tp_variants
 
     return case.tp > 1 or tp_variants.is_tp_variant(case.variant)
-
-
-def open_log(path: Path, resume: bool) -> tuple[ResultsLog, set[str]]:
-    """The row log at `path` and the case ids it already holds (resume); errors are dropped to be retried."""
-    log = ResultsLog(path)
-    if not resume:
-        path.unlink(missing_ok=True)
-        return log, set()
-    kept = [row for row in log.read() if row.get("status") != "error"]
-    path.unlink(missing_ok=True)
-    for row in kept:
-        log.append(row)
-    return log, {str(row["case_id"]) for row in kept}
 
 
 def finish(
@@ -111,18 +197,24 @@ def finish(
     info: DeviceInfo,
     env: dict[str, object],
     interrupted: bool,
+    notes: list[str],
 ) -> RunOutcome:
     """Turn the logs into tables, the edge-case matrix and the HTML report (the report last: every table
     is on disk before anything imports it)."""
-    frame = add_speedups(to_frame(log.read()))
+    frame = add_speedups(to_frame(log.read()), only_missing=True)
     csv_path, json_path = write_tables(frame, out_dir)
     files = {"jsonl": log.path, "csv": csv_path, "json": json_path}
+    samples = out_dir / run_dir.LOGS[2]
+    if samples.exists():
+        files["samples"] = samples
     draft = pd.DataFrame(draft_log.read())
+    (out_dir / "draft.csv").unlink(missing_ok=True)  # only this run's draft rows, never an older file
     if len(draft):
         draft = draft.reindex(columns=[*DRAFT_COLUMNS, *(c for c in draft if c not in DRAFT_COLUMNS)])
         files["draft"] = out_dir / "draft.csv"
         draft.to_csv(files["draft"], index=False)
     edges = None
+    (out_dir / "edge_cases.csv").unlink(missing_ok=True)
     single_device = set(variants.names())
     names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if v in single_device))
     if names and not interrupted:
@@ -139,5 +231,6 @@ def finish(
         draft=draft,
         environment={**{k: str(v) for k, v in env.items()}, "source": scenario.source},
         title=f"perfsuite: {scenario.name} on {info.name}",
+        notes=notes,
     )
-    return RunOutcome(frame, draft, out_dir, files, interrupted)
+    return RunOutcome(frame, draft, out_dir, files, interrupted, notes)

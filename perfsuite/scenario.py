@@ -126,6 +126,7 @@ TIMING_CHECKS = {
     "max_seconds": checks.scalar("a number of seconds > 0", lambda v: checks.is_number(v) and v > 0, float),
     "l2": checks.scalar("'cold' or 'hot'", lambda v: v in ("cold", "hot")),
     "graph_unroll": checks.scalar("an integer from 1 to 1000", lambda v: checks.is_int(v) and 1 <= v <= 1000),
+    "threads": _int_at_least(0),
 }
 INPUT_CHECKS = {
     "seed": _int_at_least(0),

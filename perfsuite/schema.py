@@ -31,9 +31,17 @@ RESULT_COLUMNS: dict[str, str] = {
     "median_us": "median time per call, microseconds",
     "p20_us": "20th percentile, microseconds",
     "p80_us": "80th percentile, microseconds",
-    "samples": "timed samples behind the median",
+    "samples": "timed samples behind the median (raw samples: samples.jsonl beside the results)",
+    "spread": "(p80 - p20) / median: the dispersion of the samples",
+    "unstable": "spread above 0.25 (timing.UNSTABLE_SPREAD): not a figure to rank or compare on",
     "timing": "how it was timed: host perf_counter | device events | graph replay xN",
-    "speedup_vs_full": "baseline median / this median: same path, shape, dtype, logits, tp; same run",
+    "speedup_vs_full": (
+        "the baseline's time over this one: same path, shape, dtype, logits, tp and run; paired: the median "
+        "of per-round ratios (the variants of a shape sampled in turn), else the ratio of medians"
+    ),
+    "speedup_p20": "20th percentile of the per-round ratios (paired only)",
+    "speedup_p80": "80th percentile of the per-round ratios (paired only)",
+    "speedup_method": "paired (sampled in turn with the baseline) | medians (ratio of separate medians)",
     "bytes_model": "HBM bytes the variant moves by its model (every pass and temporary)",
     "bytes_ideal": "unavoidable bytes: read logits once, write [B, k] outputs",
     "bytes_measured": "HBM bytes one call moved by hardware counters, read + write (`run --counters`)",
@@ -60,6 +68,15 @@ RESULT_COLUMNS: dict[str, str] = {
     "p_relerr_base": "max relative difference of topk_p from full_softmax where indices agree",
     "finite_rows": "rows whose softmax is defined (-inf entries allowed); parity is judged on these",
     "nonfinite_rows": "rows with NaN, +inf or only -inf logits (see the edge-case matrix)",
+    "threads": "torch CPU threads in effect ([timing] threads, --threads)",
+    "other_cores": "cores other processes kept busy on average while the case was measured",
+    "load_avg": "1-minute load average when the case finished (this run's threads included)",
+    "cpu_model": "host CPU model",
+    "cores": "CPU cores this process may use",
+    "cpu_quota": "cgroup CPU limit in cores (NaN: none)",
+    "governor": "CPU frequency governor ('' where not exposed)",
+    "run": "the run's label (run.json): keeps runs from one device apart",
+    "settings": "fingerprint of the run's settings (scenario, timing, inputs, device)",
     "torch": "torch version",
     "triton": "triton version",
     "runtime": "CUDA / HIP runtime",
@@ -67,6 +84,8 @@ RESULT_COLUMNS: dict[str, str] = {
     "git_sha": "commit of perfsuite",
     "timestamp": "when the case finished (UTC, ISO 8601)",
 }
+RUN_COLUMNS = ("run", "settings", "threads")
+"""Columns that say which run a row came from: rows of different runs never pool into one figure."""
 CASE_KEYS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2", "tp")
 """Columns that identify a case: rows from two runs match when these match (and the device)."""
 
@@ -141,6 +160,11 @@ DRAFT_COLUMNS: dict[str, str] = {
     "score_abserr_eager": "max |score - eager score| (same variant)",
     "score_relerr_eager": "max relative score difference from eager (same variant)",
     "graphs_cached": "graph path: draft graphs held in the cache after the case",
+    "threads": "torch CPU threads in effect ([timing] threads, --threads)",
+    "other_cores": "cores other processes kept busy on average while the case was measured",
+    "load_avg": "1-minute load average when the case finished",
+    "run": "the run's label (run.json)",
+    "settings": "fingerprint of the run's settings",
     "torch": "torch version",
     "triton": "triton version",
     "runtime": "CUDA / HIP runtime",
@@ -152,7 +176,7 @@ DRAFT_COLUMNS: dict[str, str] = {
 BASELINE = variants.BASELINE
 BASELINES = (BASELINE, tp_variants.BASELINE)
 """The variant every speedup is relative to: single device first, then tensor parallel (tp > 1)."""
-SPEEDUP_KEYS = ("device", "backend", "path", "dtype", "vocab", "batch", "topk", "logits", "l2")
+SPEEDUP_KEYS = ("device", "backend", "run", "path", "dtype", "vocab", "batch", "topk", "logits", "l2")
 """A row's baseline is the baseline variant's row with the same values of these (and the same tp)."""
 
 
@@ -173,9 +197,19 @@ def add_speedups(frame: pd.DataFrame, only_missing: bool = False) -> pd.DataFram
     )
     out = frame.copy()
     if only_missing and "speedup_vs_full" in frame:
-        out["speedup_vs_full"] = frame["speedup_vs_full"].where(frame["speedup_vs_full"].notna(), speedup)
+        missing = frame["speedup_vs_full"].isna() & speedup.notna()
+        out["speedup_vs_full"] = frame["speedup_vs_full"].where(~missing, speedup)
     else:
+        missing = speedup.notna()
         out["speedup_vs_full"] = speedup
+    for column in ("speedup_p20", "speedup_p80"):
+        if column not in out or not only_missing:
+            out[column] = float("nan")
+        out[column] = out[column].where(~missing, float("nan"))
+    method = (
+        out["speedup_method"] if "speedup_method" in out and only_missing else pd.Series(pd.NA, out.index)
+    )
+    out["speedup_method"] = method.astype(object).where(~missing, "medians")
     return out
 
 

@@ -18,6 +18,7 @@ class Timing:
     max_seconds: float = 2.0  # stop sampling a case after this long (keeps huge cases bounded)
     l2: str = "cold"  # cold: flush the cache before each sample (bandwidth roofline); hot: no flush
     graph_unroll: int = 20  # calls captured in one graph for replay timing (capped on ROCm)
+    threads: int = 1  # torch's CPU threads (0: torch's default, one per core); see perfsuite.threads
 
 
 @dataclass(frozen=True)

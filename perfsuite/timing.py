@@ -6,7 +6,9 @@
   device time from its first kernel to its last, as in an engine whose CPU runs ahead.
 - GPU graph: `unroll` copies of the call captured into one graph (each copy after a flush when cold);
   a replay's time, minus a flush-only graph's replay, divided by `unroll` (tritonbench's method).
-Figures are medians with p20/p80 over many samples, after warm-up.
+Figures are medians with p20/p80 over many samples, after warm-up. The variants of one shape are sampled
+in turn (A B C, B C A, ...), so each speedup is a median of ratios of samples taken in the same seconds of
+machine time (`paired_ratio`); a case whose samples spread wider than `UNSTABLE_SPREAD` is flagged.
 """
 
 from __future__ import annotations
@@ -72,6 +74,42 @@ class Samples:
     @property
     def p80_us(self) -> float:
         return self.quantile_us(0.80)
+
+    @property
+    def spread(self) -> float:
+        """(p80 - p20) / median: the dispersion of the samples relative to their median."""
+        median = self.median_us
+        return (self.p80_us - self.p20_us) / median if median > 0 else float("nan")
+
+    @property
+    def unstable(self) -> bool:
+        return not self.spread <= UNSTABLE_SPREAD
+
+
+UNSTABLE_SPREAD = 0.25
+"""A case whose (p80 - p20) / median exceeds this is `unstable`: its median is not a figure to rank or
+compare on (`compare` calls its change "noisy", never "slower")."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio of paired samples: median with p20 and p80 over the pairs."""
+
+    median: float
+    p20: float
+    p80: float
+
+
+def paired_ratio(numerator: Samples, denominator: Samples) -> Ratio:
+    """numerator_i / denominator_i over samples taken in the same round (the same seconds of machine
+    time): e.g. the baseline's over a variant's, its speedup."""
+    ratios = sorted(a / b for a, b in zip(numerator.seconds, denominator.seconds, strict=True) if b > 0)
+    if not ratios:
+        return Ratio(float("nan"), float("nan"), float("nan"))
+    if len(ratios) == 1:
+        return Ratio(ratios[0], ratios[0], ratios[0])
+    q = statistics.quantiles(ratios, n=10, method="inclusive")
+    return Ratio(statistics.median(ratios), q[1], q[7])
 
 
 @cache
@@ -191,16 +229,21 @@ process of a group shares (tensor parallel: the max over ranks)."""
 
 
 def measure_in_turn(samplers: Sequence[Sampler], timing: Timing, agree: Agree | None = None) -> list[Samples]:
-    """The sampling loop: warm up, then sample the samplers in turn (A B C A B C ...) until `reps` rounds,
-    or `max_seconds` once there are 3, so samplers compared with each other are sampled in the same seconds
-    of machine time. With `agree`, every rank stops after the same round on the same figures."""
+    """The sampling loop: warm up, then sample the samplers in turn until `reps` rounds, or `max_seconds`
+    once there are 3, so samplers compared with each other are sampled in the same seconds of machine time.
+    Each round starts one sampler later (A B C, B C A, C A B): no sampler always follows the same one.
+    With `agree`, every rank stops after the same round on the same figures."""
     for _ in range(timing.warmup):
         for sampler in samplers:
             sampler.sample()
     rounds: list[list[float]] = []
     start = time.perf_counter()
+    n = len(samplers)
     while True:
-        figures = [sampler.sample() for sampler in samplers]
+        figures = [0.0] * n
+        for i in range(n):
+            at = (len(rounds) + i) % n
+            figures[at] = samplers[at].sample()
         elapsed = time.perf_counter() - start
         if agree is not None:
             *figures, elapsed = agree([*figures, elapsed])
@@ -212,6 +255,23 @@ def measure_in_turn(samplers: Sequence[Sampler], timing: Timing, agree: Agree | 
 def measure(sampler: Sampler, timing: Timing) -> Samples:
     """`measure_in_turn` of one sampler."""
     return measure_in_turn([sampler], timing)[0]
+
+
+def measure_each(samplers: Sequence[Sampler], timing: Timing) -> list[Samples | BaseException]:
+    """`measure_in_turn`, or where a sampler raises, each sampler alone: the ones that work get their
+    samples (not paired), the broken ones their exception."""
+    try:
+        return list(measure_in_turn(samplers, timing))
+    except Exception:
+        if len(samplers) == 1:
+            raise
+    out: list[Samples | BaseException] = []
+    for sampler in samplers:
+        try:
+            out.append(measure(sampler, timing))
+        except Exception as exc:
+            out.append(exc)
+    return out
 
 
 class SampleClock:

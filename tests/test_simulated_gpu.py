@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import cli, device, inputs, memory, paths, profiling, simulated_gpu, timing, variants
+from perfsuite import cli, device, inputs, machine, memory, paths, profiling, simulated_gpu, timing, variants
 from perfsuite.kernels import plan as plans
 from perfsuite.settings import Timing
 from perfsuite.simulated_gpu import runtime
@@ -62,7 +62,7 @@ def test_each_model_says_what_it_is(simulated):
     hw = plans.hardware("cuda:0")
     assert (hw.sms, hw.warp_size) == ((304, 64) if rocm else (132, 32))
     free, total = torch.cuda.mem_get_info()
-    assert total == simulated.total_memory and 0 < free <= runtime.host_available_bytes()
+    assert total == simulated.total_memory and 0 < free <= machine.host_available_bytes()
 
 
 def test_uninstall_gives_the_cpu_back():

@@ -9,15 +9,17 @@ still written, each figure becomes a note and the page says at the top how to ge
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from perfsuite.machine import SHARED_CORES
 from perfsuite.report import draft_section, edge_case_section, kernel_sections, tp_section
 from perfsuite.report.blocks import Note, Section
 from perfsuite.report.kernel_context import Context
 from perfsuite.report.page import render_page
+from perfsuite.timing import UNSTABLE_SPREAD
 
 DEFAULT_TITLE = "perfsuite: top-k selection of the draft step"
 REPORT_AGAIN = "`perfsuite report DIR/results.csv` (DIR: the run's folder)"
@@ -31,6 +33,7 @@ def build_report(
     draft: pd.DataFrame | None = None,
     environment: dict[str, str] | None = None,
     title: str = DEFAULT_TITLE,
+    notes: Sequence[str] = (),
 ) -> Path:
     """Write one self-contained HTML report of `results` (schema frame) to `out_path`; return its path.
 
@@ -38,6 +41,8 @@ def build_report(
     matrix (pattern, description, dtype, topk, variant, index, topk_p, index_valid, same_as_baseline,
     error); `draft` the draft-loop rows (perfsuite.draft); tensor-parallel rows in `results` get a
     section of their own. `environment` overrides what the frame's columns say about the machine and run.
+    `notes`: the run's warnings (a shared machine, dropped log lines), shown first; without them the rows'
+    `other_cores` and `unstable` columns decide what to warn about.
     """
     out = Path(out_path)
     if out.is_dir() or out.suffix == "":
@@ -75,11 +80,40 @@ def build_report(
             "(PERFSUITE_SIMULATED_GPU). Every time here is a host time of CPU work, not a GPU measurement."
         )
         sections.insert(0, Section("simulated", "Simulated GPU", [Note(note)]))
+    warnings = measurement_warnings(results, notes)
+    if warnings:
+        sections.insert(0, Section("warnings", "Warnings", [Note(text) for text in warnings]))
     if not len(results) and (draft is None or draft.empty):
         sections.insert(0, Section("summary", "Summary", [Note("No result rows: nothing to plot.")]))
     html = render_page(title, ctx.subtitle(), sections, REPORT_AGAIN)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
+    return out
+
+
+def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> list[str]:
+    """What a reader must know before trusting the figures: the run's own notes, else whether other work
+    shared the machine while cases were measured (per run); and how many cases are unstable."""
+    out = list(notes)
+    ok = results[results["status"] == "ok"] if "status" in results else results
+    if not notes and "other_cores" in ok and len(ok):
+        runs = ok["run"].fillna("") if "run" in ok else pd.Series("", ok.index)
+        for run, rows in ok.groupby(runs):
+            busy = pd.to_numeric(rows["other_cores"], errors="coerce")
+            shared = int((busy > SHARED_CORES).sum())
+            if shared > 0.1 * len(rows):
+                out.append(
+                    f"{f'run {run}: ' if run else ''}other processes kept more than {SHARED_CORES} "
+                    f"cores busy while {shared} of {len(rows)} cases were measured (median "
+                    f"{busy.median():.1f} cores): times may be slower and noisier than on an idle machine"
+                )
+    if "unstable" in ok and len(ok):
+        unstable = int(ok["unstable"].astype(str).eq("True").sum())
+        if unstable:
+            out.append(
+                f"{unstable} of {len(ok)} measured cases are unstable (p20-p80 spread above "
+                f"{100 * UNSTABLE_SPREAD:.0f} % of the median): rank and compare them with care"
+            )
     return out
 
 

@@ -25,16 +25,26 @@ TRITON_PICK = "triton_auto"
 
 
 def per_variant(frame: pd.DataFrame) -> pd.DataFrame:
-    """Measured rows reduced to one per (case, variant): medians over logits distributions."""
+    """Measured rows reduced to one per (case, variant): medians over logits distributions, and how many
+    of them are unstable."""
     ok = frame[(frame["status"] == "ok") & frame["median_us"].notna()]
+    ok = ok.assign(
+        _unstable=ok["unstable"].astype(str).eq("True") if "unstable" in ok else False,
+        _speedup=pd.to_numeric(ok["speedup_vs_full"], errors="coerce") if "speedup_vs_full" in ok else None,
+    )
     grouped = ok.groupby([*CASE, "variant"], dropna=False)
     return grouped.agg(
-        median_us=("median_us", "median"), pct_copy=("pct_copy", "median"), accuracy=("accuracy", "first")
+        median_us=("median_us", "median"),
+        pct_copy=("pct_copy", "median"),
+        accuracy=("accuracy", "first"),
+        speedup=("_speedup", "median"),
+        unstable=("_unstable", "sum"),
     ).reset_index()
 
 
 def case_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Medians (us) per case and variant, with the fastest exact variant and its ratios."""
+    """Medians (us) per case and variant; the fastest variant whatever its accuracy, the fastest exact one
+    and its ratios; how many rows behind the case are unstable."""
     rows = per_variant(frame)
     if rows.empty:
         return pd.DataFrame()
@@ -42,6 +52,8 @@ def case_table(frame: pd.DataFrame) -> pd.DataFrame:
     copy = rows.pivot(index=CASE, columns="variant", values="pct_copy")
     exact = [v for v in medians.columns if (rows[rows["variant"] == v]["accuracy"] == "exact").all()]
     table = medians.copy()
+    table["fastest"] = medians.idxmin(axis=1)
+    table["unstable"] = rows.groupby(CASE, dropna=False)["unstable"].sum()
     if exact:
         best = medians[exact].idxmin(axis=1)
         best_us = medians[exact].min(axis=1)
@@ -89,6 +101,42 @@ def _target(name: str, values: pd.Series, threshold: float, higher: bool) -> dic
     met = values >= threshold if higher else values <= threshold
     worst = values.min() if higher else values.max()
     return {"target": name, "cases": len(values), "met": int(met.sum()), "worst": worst}
+
+
+def console_table(frame: pd.DataFrame, limit: int = 40) -> str:
+    """The few lines `perfsuite run` ends with: per case the fastest variant (whatever its accuracy), the
+    fastest exact one, full_softmax's time and the exact one's speedup (paired where sampled in turn)."""
+    rows = per_variant(frame)
+    if rows.empty:
+        return ""
+    table = case_table(frame)
+    speedups = rows.pivot(index=CASE, columns="variant", values="speedup")
+    out = []
+    for record in table.to_dict("records"):
+        key = tuple(record[c] for c in CASE)
+        exact = record.get("best_exact")
+        exact_speedup = speedups.at[key, exact] if isinstance(exact, str) else float("nan")
+        out.append(
+            {
+                "path": record["path"],
+                "dtype": record["dtype"],
+                "V": record["vocab"],
+                "B": record["batch"],
+                "k": record["topk"],
+                "fastest": record["fastest"],
+                "us": f"{record[record['fastest']]:.4g}",
+                "fastest exact": exact if isinstance(exact, str) else "-",
+                "exact us": f"{record[exact]:.4g}" if isinstance(exact, str) else "",
+                f"{BASELINE} us": f"{record[BASELINE]:.4g}" if pd.notna(record.get(BASELINE)) else "",
+                "speedup": f"{exact_speedup:.2f}x" if pd.notna(exact_speedup) else "",
+                "unstable": int(record["unstable"]) or "",
+            }
+        )
+    text = pd.DataFrame(out).head(limit).to_string(index=False)
+    more = f"\n... {len(out) - limit} more cases in results.csv" if len(out) > limit else ""
+    devices = ", ".join(sorted(frame["device"].dropna().astype(str).unique()))
+    title = f"{devices}: medians over logits distributions (speedup: {BASELINE} over the fastest exact)"
+    return f"{title}\n{text}{more}"
 
 
 def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:

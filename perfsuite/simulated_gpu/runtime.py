@@ -14,10 +14,10 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
+from perfsuite import machine
 from perfsuite.simulated_gpu.profiles import Profile
 
 LOG_LENGTH = 4096
@@ -126,26 +126,11 @@ def memory_reserved(device: object = None) -> int:
     return state().allocated
 
 
-def host_available_bytes() -> int:
-    """What the host can still give: MemAvailable, capped by the cgroup's memory.max."""
-    free = 1 << 62
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                free = int(line.split()[1]) * 1024
-    with contextlib.suppress(OSError, ValueError):
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
-        if limit != "max":
-            free = min(free, int(limit) - used)
-    return max(free, 0)
-
-
 def mem_get_info(device: object = None) -> tuple[int, int]:
     """(free, total): the GPU's total, free capped by what the host can hold (the tensors live there)."""
     st = state()
     total = st.profile.total_memory
-    return min(total - st.allocated, host_available_bytes()), total
+    return min(total - st.allocated, machine.host_available_bytes()), total
 
 
 def empty_cache() -> None:

@@ -1,0 +1,162 @@
+"""A run's output folder: one run writes into it at a time (a lock), it says which run and settings wrote
+it (`run.json`: label, settings and their fingerprint), and a new run never deletes an earlier run's files
+(they move to `earlier/<label>/`) nor shows them in its report.
+
+    DIR/run.json          label, fingerprint, settings, started, machine facts
+    DIR/results.jsonl     kernel and tensor-parallel rows as they finish (`settings` column: fingerprint)
+    DIR/draft.jsonl       draft-loop rows
+    DIR/samples.jsonl     every case's raw samples (seconds, in the order taken)
+    DIR/results.csv ...   tables and report, rebuilt from the logs at the end of every run
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import filelock
+
+from perfsuite.scenario import Scenario
+
+LOGS = ("results.jsonl", "draft.jsonl", "samples.jsonl")
+DERIVED = ("results.csv", "results.json", "draft.csv", "edge_cases.csv", "report.html", "machine.json")
+FOLDERS = ("counters", "tp")
+MANIFEST = "run.json"
+LOCK = ".perfsuite.lock"
+EARLIER = "earlier"
+
+
+class RunRefused(Exception):
+    """The folder cannot take this run (another run holds it, or `--resume` of other settings)."""
+
+
+def settings_of(scenario: Scenario, device: str) -> dict[str, object]:
+    """Everything that decides what a run's figures mean: the scenario's sweeps, timing, inputs and
+    extra tables, and the device they were measured on."""
+    return {
+        "scenario": scenario.name,
+        "device": device,
+        "sweeps": [dataclasses.asdict(s) for s in scenario.sweeps],
+        "timing": dataclasses.asdict(scenario.timing),
+        "inputs": dataclasses.asdict(scenario.inputs),
+        "extra": scenario.extra,
+    }
+
+
+def fingerprint(settings: dict[str, object]) -> str:
+    """A short stable hash of the settings (12 hex digits)."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def new_label(device: str) -> str:
+    """A run's default label: start time and host, e.g. '20261130-203012-host'."""
+    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{socket.gethostname().split('.')[0]}"
+
+
+def differences(old: dict[str, object], new: dict[str, object], prefix: str = "") -> list[str]:
+    """The settings that differ, as 'timing.l2: cold -> hot'."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}")
+    return out
+
+
+@contextmanager
+def claimed(out_dir: Path) -> Iterator[None]:
+    """Hold the folder's lock for a run; `RunRefused` when another process holds it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(out_dir / LOCK), timeout=0)
+    holder = out_dir / f"{LOCK}.holder"
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        who = holder.read_text().strip() if holder.exists() else "another process"
+        raise RunRefused(
+            f"{out_dir}: another perfsuite run is writing here ({who}); wait for it or pick another --out"
+        ) from None
+    try:
+        holder.write_text(f"pid {os.getpid()} on {socket.gethostname()}, since {_now()}")
+        yield
+    finally:
+        holder.unlink(missing_ok=True)
+        lock.release()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_manifest(out_dir: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_manifest(out_dir: Path, manifest: dict[str, object]) -> None:
+    path = out_dir / MANIFEST
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
+    tmp.replace(path)
+
+
+def run_files(out_dir: Path) -> list[Path]:
+    """The files and folders of a run present in `out_dir`."""
+    names = (*LOGS, *DERIVED, *FOLDERS, MANIFEST)
+    return [out_dir / n for n in names if (out_dir / n).exists()]
+
+
+def put_aside(out_dir: Path) -> Path | None:
+    """Move an earlier run's files to `earlier/<its label>/`; returns that folder (None: nothing there)."""
+    files = run_files(out_dir)
+    if not files:
+        return None
+    manifest = read_manifest(out_dir) or {}
+    label = str(
+        manifest.get("label") or datetime.fromtimestamp(files[0].stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+    )
+    target = out_dir / EARLIER / label
+    n = 1
+    while target.exists():
+        n += 1
+        target = out_dir / EARLIER / f"{label}-{n}"
+    target.mkdir(parents=True)
+    for path in files:
+        shutil.move(str(path), target / path.name)
+    return target
+
+
+def check_resume(
+    out_dir: Path,
+    manifest: dict[str, object] | None,
+    fingerprint_now: str,
+    settings_now: dict[str, object],
+    logged: set[str],
+) -> None:
+    """Refuse to resume a log written with other settings: `logged` holds the fingerprints its rows carry."""
+    other = logged - {fingerprint_now}
+    if not other:
+        return
+    what = "rows without a settings fingerprint (an older perfsuite)" if other == {""} else "other settings"
+    detail = ""
+    if manifest and isinstance(manifest.get("settings"), dict):
+        changed = differences(manifest["settings"], settings_now)  # type: ignore[arg-type]
+        detail = f": {'; '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}" if changed else ""
+    raise RunRefused(
+        f"{out_dir}: cannot --resume: its log holds {what}{detail}; "
+        "run without --resume (the earlier run moves to earlier/) or pick another --out"
+    )
