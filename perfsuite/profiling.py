@@ -1,14 +1,19 @@
 """Profiler traces: one torch.profiler trace per case, in the layout TensorBoard's profiler plugin reads.
 
     DIR/<run>/<worker>.<ts>.pt.trace.json     one run folder per case, named after its case_id
-    DIR/kernels.csv                           per case and kernel: calls, total and mean time, share
-    DIR/cases.csv                             per case: status, reason, trace, kernels per call
+    DIR/kernels.csv                           per case and kernel of the selection: calls, total and mean
+                                              time, share (the cache flush excluded, its time in a column)
+    DIR/cases.csv                             per case: status, reason, threads, trace, kernels per call
 
-The same Chrome-trace JSON opens in Perfetto (ui.perfetto.dev) and Holistic Trace Analysis. Every variant
+The same Chrome-trace JSON opens in Perfetto (ui.perfetto.dev) and Holistic Trace Analysis: each trace
+carries `distributedInfo` (rank 0 of a world of 1, which HTA needs and torch.profiler only writes under
+torch.distributed) and a `perfsuite` key (the case, its device, threads and cache state). Every variant
 call runs inside a range named `perfsuite.<variant>.<path>` (`record_function`, plus an NVTX range on
 CUDA, which ROCm maps to ROCTx), so its kernels are easy to find, and the kernel table keeps only what was
-launched inside it. Cases are prepared by `KernelCaseRunner.prepare`, so the profiled call is the measured one
-(eager, graph replay or torch.compile), with the cache flushed before each call when the case is timed cold.
+launched inside it. When the case is timed cold, the cache is flushed before each call inside a range of
+its own, `perfsuite.cache_flush`, so a trace viewer shows the flush apart from the selection. Cases are
+prepared by `KernelCaseRunner.prepare`, so the profiled call is the measured one (eager, graph replay or
+torch.compile), with the torch CPU threads of the scenario (`[timing] threads`, `--threads`) in effect.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +35,7 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
-from perfsuite import timing
+from perfsuite import threads, timing
 from perfsuite.device import DeviceInfo, detect, synchronize
 from perfsuite.kernel_case import KernelCaseRunner
 from perfsuite.memory import native_stderr_silenced
@@ -42,6 +47,11 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 """Host-side runtime calls; their `correlation` arg names the device work they launched."""
 KERNEL_COLUMNS = ("kernel", "calls", "per_call", "total_us", "mean_us", "share")
+FLUSH_RANGE = "perfsuite.cache_flush"
+"""The range around every cache flush of a profile or a call (a cold case's flush before each call): no
+variant's range (`perfsuite.<variant>.<path>`, three parts) has this name."""
+DEVICE_ACTIVITY = "device kernels"
+CPU_ACTIVITY = "cpu ops (aten, host time)"
 
 
 def range_name(case: Case) -> str:
@@ -72,6 +82,49 @@ def marked(name: str, device: torch.device) -> Iterator[None]:
                 torch.cuda.nvtx.range_pop()
 
 
+def flushed(flush: Callable[[], object], device: torch.device) -> None:
+    """One cache flush inside its own range, `FLUSH_RANGE`, closed once the device is done: a trace viewer
+    (TensorBoard, HTA, Perfetto, Nsight Systems) shows the flush apart from the selection, and ncu's
+    `--nvtx-include perfsuite.<variant>.<path>/` leaves it out."""
+    with marked(FLUSH_RANGE, device):
+        flush()
+        synchronize(device)
+
+
+def trace_metadata(case: Case, info: DeviceInfo, *, calls: int) -> dict[str, dict[str, object]]:
+    """The top-level keys perfsuite adds to a case's trace JSON.
+
+    `distributedInfo`: Holistic Trace Analysis maps each trace of a folder to a rank by it (and warns
+    without it); torch.profiler writes it only when torch.distributed is initialized, so a perfsuite trace,
+    a single process, says rank 0 of a world of 1, with the backend torch.distributed would pick on its
+    device (nccl on a GPU, RCCL on ROCm answering to that name too; gloo on a CPU). `perfsuite`: the case,
+    flat (HTA's metadata reader skips nested maps), with the torch CPU threads in effect.
+    """
+    return {
+        "distributedInfo": {"backend": "nccl" if info.is_gpu else "gloo", "rank": 0, "world_size": 1},
+        "perfsuite": {
+            "case_id": case.case_id,
+            "scenario": case.scenario,
+            "variant": case.variant,
+            "path": case.path,
+            "dtype": case.dtype,
+            "vocab": case.vocab,
+            "batch": case.batch,
+            "topk": case.topk,
+            "logits": case.logits,
+            "l2": case.timing.l2,
+            "device": info.name,
+            "backend": info.backend,
+            "simulated": bool(info.simulated),
+            "threads": torch.get_num_threads(),
+            "calls": calls,
+            "range": range_name(case),
+            "flush_range": FLUSH_RANGE if case.timing.l2 == "cold" else "",
+            "torch": torch.__version__,
+        },
+    }
+
+
 # ------------------------------------------------------------------------------------------ recording
 
 
@@ -83,8 +136,11 @@ def record_trace(
     *,
     calls: int = 5,
     flush: Callable[[], object] | None = None,
+    metadata: Mapping[str, object] | None = None,
 ) -> Path:
-    """Profile `calls` calls (after one warm-up step) into `folder`; the trace file written."""
+    """Profile `calls` calls (after one warm-up step) into `folder`; the trace file written. `flush` runs
+    before each call inside the range `FLUSH_RANGE`; `metadata`: top-level keys of the trace JSON, each
+    value JSON-encoded (`trace_metadata`)."""
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.pt.trace.json*"):
         old.unlink()
@@ -95,12 +151,13 @@ def record_trace(
     handler = tensorboard_trace_handler(str(folder))
     with warnings.catch_warnings(), native_stderr_silenced():
         warnings.simplefilter("ignore")
-        with profile(
-            activities=activities, schedule=steps, on_trace_ready=handler, record_shapes=True
-        ) as prof:
+        prof = profile(activities=activities, schedule=steps, on_trace_ready=handler, record_shapes=True)
+        for key, value in (metadata or {}).items():  # preset: written once the recording starts
+            prof.preset_metadata_json(key, json.dumps(value, allow_nan=False))
+        with prof:
             for _ in range(1 + calls):
                 if flush is not None:
-                    flush()
+                    flushed(flush, device)
                 synchronize(device)
                 with marked(name, device):  # the range closes once the device is done
                     call()
@@ -159,39 +216,60 @@ def _leaves(ops: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class KernelSummary:
-    """What one case's trace says: a row per kernel, and per-call figures."""
+    """What one case's trace says: a row per kernel of the selection, and per-call figures; the cache
+    flush's work (inside `FLUSH_RANGE`) is in none of the rows, only in the `flush_*` figures."""
 
     table: pd.DataFrame  # KERNEL_COLUMNS
-    activity: str  # "device kernels" or "cpu ops (aten, host time)"
+    activity: str  # DEVICE_ACTIVITY or CPU_ACTIVITY
     calls: int
     kernels_per_call: float
     kernel_us_per_call: float
     range_us_per_call: float
+    flushes: int = 0  # FLUSH_RANGE ranges in the trace
+    flush_kernels_per_call: float = float("nan")  # nan: no flush in the trace
+    flush_us_per_call: float = float("nan")
 
 
-def summarize(events: pd.DataFrame, name: str) -> KernelSummary:
-    """Per-kernel table of the work launched inside the ranges called `name`.
+def _ranges(events: pd.DataFrame, name: str) -> pd.DataFrame:
+    return events[(events["cat"] == "user_annotation") & (events["name"] == name)]
 
-    GPU traces: device kernels (and memcpy / memset), matched to the ranges through the `correlation` of
-    the runtime calls issued inside them; where that matches nothing (no correlation ids), the device work
-    that starts inside a range (`record_trace` closes the range after a device sync). CPU traces: the leaf
-    aten ops inside the ranges, host time. Without any range in the trace, everything of that kind counts.
-    """
-    ranges = events[(events["cat"] == "user_annotation") & (events["name"] == name)]
-    calls = max(len(ranges), 1)
+
+def _work(events: pd.DataFrame, ranges: pd.DataFrame | None) -> tuple[pd.DataFrame, str]:
+    """The work attributed to `ranges` (None: all of it) and what kind it is. GPU traces: device kernels
+    (and memcpy / memset) matched to the ranges through the `correlation` of the runtime calls issued
+    inside them, or where that matches nothing (no correlation ids), the device work that starts inside a
+    range (the ranges close after a device sync). CPU traces: the leaf aten ops inside the ranges."""
     device = events[events["cat"].isin(DEVICE_CATEGORIES)]
     if len(device):
-        activity = "device kernels"
-        launches = events[events["cat"].isin(LAUNCH_CATEGORIES)]
-        if len(ranges):
+        if ranges is not None:
+            launches = events[events["cat"].isin(LAUNCH_CATEGORIES)]
             ids = set(launches.loc[_inside(launches, ranges), "correlation"].dropna())
             matched = device[device["correlation"].isin(ids)]
             device = matched if len(matched) else device[_inside(device, ranges, same_thread=False)]
-        work = device
-    else:
-        activity = "cpu ops (aten, host time)"
-        ops = events[events["cat"] == "cpu_op"]
-        work = _leaves(ops[_inside(ops, ranges)] if len(ranges) else ops)
+        return device, DEVICE_ACTIVITY
+    ops = events[events["cat"] == "cpu_op"]
+    return _leaves(ops[_inside(ops, ranges)] if ranges is not None else ops), CPU_ACTIVITY
+
+
+def summarize(events: pd.DataFrame, name: str) -> KernelSummary:
+    """Per-kernel table of the work launched inside the ranges called `name` (see `_work`), host time on
+    a CPU; without any such range in the trace, everything of that kind counts.
+
+    The cache flush of a cold case is never the selection's: its work, the work attributed to the
+    `FLUSH_RANGE` ranges, is left out of the table and of the shares even where it would otherwise count
+    (no range of the selection in the trace, or device work that spills into the selection's range), and
+    summed apart, per call, in `flush_kernels_per_call` and `flush_us_per_call`. kernels.csv thus lists
+    the selection's kernels alone, as `ncu --nvtx-include` of the selection's range would, so their shares
+    add up to the selection and its top kernel is a kernel of the selection, not a 60 ms fill of a
+    flush buffer; what was left out is said by a column (cases.csv and kernels.csv:
+    `excluded_flush_us_per_call`), so the flush stays visible without being mistaken for the selection.
+    """
+    ranges = _ranges(events, name)
+    calls = max(len(ranges), 1)
+    flush_ranges = _ranges(events, FLUSH_RANGE)
+    flush_work, _ = _work(events, flush_ranges)
+    work, activity = _work(events, ranges if len(ranges) else None)
+    work = work[~work.index.isin(flush_work.index)]
     table = work.groupby("name", sort=False)["dur"].agg(calls="count", total_us="sum", mean_us="mean")
     table = table.reset_index().rename(columns={"name": "kernel"})
     total = float(table["total_us"].sum())
@@ -199,7 +277,19 @@ def summarize(events: pd.DataFrame, name: str) -> KernelSummary:
     table["share"] = table["total_us"] / total if total > 0 else float("nan")
     table = table.sort_values("total_us", ascending=False, ignore_index=True)[list(KERNEL_COLUMNS)]
     range_us = float(ranges["dur"].mean()) if len(ranges) else float("nan")
-    return KernelSummary(table, activity, len(ranges), len(work) / calls, total / calls, range_us)
+    flush_kernels = len(flush_work) / calls if len(flush_ranges) else float("nan")
+    flush_us = float(flush_work["dur"].sum()) / calls if len(flush_ranges) else float("nan")
+    return KernelSummary(
+        table,
+        activity,
+        len(ranges),
+        len(work) / calls,
+        total / calls,
+        range_us,
+        len(flush_ranges),
+        flush_kernels,
+        flush_us,
+    )
 
 
 # ------------------------------------------------------------------------------------------ a sweep
@@ -214,8 +304,10 @@ class ProfileOutcome:
 
 
 def _case_columns(case: Case, info: DeviceInfo) -> dict[str, object]:
-    """The case's identifying columns (as in results.csv) and its trace folder's name."""
-    return {**case_row(case, {"device": info.name, "backend": info.backend}), "run": run_name(case)}
+    """The case's identifying columns (as in results.csv), the torch CPU threads in effect and its trace
+    folder's name."""
+    env = {"device": info.name, "backend": info.backend, "threads": torch.get_num_threads()}
+    return {**case_row(case, env), "run": run_name(case)}
 
 
 def profile_case(
@@ -231,7 +323,13 @@ def profile_case(
         flush = timing.cache_flusher(runner.info) if case.timing.l2 == "cold" else None
         name = range_name(case)
         trace = record_trace(
-            prepared.run, out_dir / run_name(case), name, runner.device, calls=calls, flush=flush
+            prepared.run,
+            out_dir / run_name(case),
+            name,
+            runner.device,
+            calls=calls,
+            flush=flush,
+            metadata=trace_metadata(case, runner.info, calls=calls),
         )
         summary = summarize(load_events(trace), name)
     except Exception as exc:  # one broken case must not stop the sweep
@@ -251,10 +349,13 @@ def profile_case(
         "range_us_per_call": summary.range_us_per_call,
         "top_kernel": "" if top is None else str(top["kernel"]),
         "top_share": float("nan") if top is None else float(top["share"]),
+        "excluded_flush_kernels_per_call": summary.flush_kernels_per_call,
+        "excluded_flush_us_per_call": summary.flush_us_per_call,
     }
     kernels = summary.table.assign(**{k: row[k] for k in ("case_id", "run", "device", "activity")})
-    for key in ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2"):
+    for key in ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2", "threads"):
         kernels[key] = row[key]
+    kernels["excluded_flush_us_per_call"] = summary.flush_us_per_call
     return row, kernels
 
 
@@ -270,7 +371,8 @@ def profile_scenario(
     scenario: Scenario, out_dir: Path, *, calls: int = 5, only: str | None = None
 ) -> ProfileOutcome:
     """A trace per case of the scenario under `out_dir`, then kernels.csv and cases.csv (interrupted: the
-    tables of the cases profiled so far)."""
+    tables of the cases profiled so far), with the scenario's torch CPU threads applied first."""
+    threads.apply(scenario.timing.threads)
     info = detect(scenario.device)
     runner = KernelCaseRunner(info, {"device": info.name, "backend": info.backend})
     cases = select_cases(expand(scenario), only)
@@ -343,8 +445,11 @@ def call_case(scenario: Scenario, case_id: str, *, calls: int = 1, roctx_region:
 
     For external profilers (ncu --nvtx, nsys, rocprofv3 --selected-regions): everything else (inputs,
     compilation, graph capture, parity) happens outside the range. With `roctx_region`, the calls are
-    also wrapped in roctxProfilerResume / roctxProfilerPause. Returns why the case is skipped here, or None.
+    also wrapped in roctxProfilerResume / roctxProfilerPause. A cold case's flush before each call runs in
+    its own range, `FLUSH_RANGE`, outside the case's range and the ROCTx region; the scenario's torch CPU
+    threads are applied first. Returns why the case is skipped here, or None.
     """
+    threads.apply(scenario.timing.threads)
     cases = {c.case_id: c for c in expand(scenario)}
     if case_id not in cases:
         raise ScenarioError(f"{scenario.source}: no case {case_id!r} (`perfsuite list` shows them)")
@@ -359,7 +464,7 @@ def call_case(scenario: Scenario, case_id: str, *, calls: int = 1, roctx_region:
     roctx = _roctx() if roctx_region else None
     for _ in range(calls):
         if flush is not None:
-            flush()
+            flushed(flush, runner.device)
         synchronize(runner.device)
         if roctx is not None:
             roctx.roctxProfilerResume(0)

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
-from perfsuite import cli
-from perfsuite.profiling import load_events, range_name, run_name, select_cases, summarize
+from perfsuite import cli, simulated_gpu
+from perfsuite.profiling import (
+    FLUSH_RANGE,
+    load_events,
+    profile_scenario,
+    range_name,
+    run_name,
+    select_cases,
+    summarize,
+)
 from perfsuite.scenario import expand, load
+from perfsuite.simulated_gpu import runtime
 
 DATA = Path(__file__).parent / "data"
 SCENARIO = """
@@ -31,6 +42,26 @@ reps = 3
 max_seconds = 0.05
 """
 TRACE_FILE = re.compile(r"^[^/]+\.\d+\.pt\.trace\.json$")
+COLD = """
+name = "cold"
+device = "cpu"  # the GPU test overrides it with --device cuda:0
+[[sweep]]
+variants = ["full_softmax"]
+paths = ["eager"]
+dtypes = ["bfloat16"]
+vocab = [1000]
+batch = [3]
+topk = [4]
+logits = ["near_ties"]
+[timing]
+warmup = 1
+reps = 3
+l2 = "cold"
+threads = 2
+"""
+COLD_CASE = "full_softmax/eager/bfloat16/V1000/B3/k4/near_ties"
+FLUSH_OPS = {"aten::zero_", "aten::fill_"}  # `buffer.zero_()`, the flush, on a CPU (and the simulated GPU)
+HTA_RANK = re.compile(r'"rank":\s+(\d+)')  # how HTA finds a trace file's rank (hta.common.trace_file)
 
 
 @pytest.fixture
@@ -69,6 +100,137 @@ def test_profile_writes_a_tensorboard_run_per_case_and_the_kernel_table(scenario
     assert "CPU run" in printed and "aten::_softmax" in printed and "kernels.csv" in printed
 
 
+@pytest.fixture
+def cold_file(tmp_path: Path) -> Path:
+    path = tmp_path / "cold.toml"
+    path.write_text(COLD)
+    return path
+
+
+@pytest.fixture
+def one_thread(monkeypatch) -> None:
+    """Start from one torch thread, and give the test's caller back the threads it had."""
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # perfsuite.threads.apply sets it; restored after the test
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _trace(out: Path, run: str) -> tuple[dict, pd.DataFrame, str]:
+    """The case's trace: its JSON, its complete events and its text."""
+    (path,) = (out / run).glob("*.pt.trace.json")
+    text = path.read_text()
+    return json.loads(text), load_events(path), text
+
+
+def _ops_inside(events: pd.DataFrame, name: str) -> list[set[str]]:
+    """Per range called `name`: the names of the CPU ops that start inside it, on its thread."""
+    ops = events[events["cat"] == "cpu_op"]
+    ranges = events[(events["cat"] == "user_annotation") & (events["name"] == name)]
+    return [
+        set(ops[(ops["tid"] == r.tid) & (ops["ts"] >= r.ts) & (ops["ts"] <= r.ts + r.dur)]["name"])
+        for r in ranges.itertuples()
+    ]
+
+
+def test_a_cold_profile_flushes_in_its_own_range_with_hta_metadata_and_the_scenarios_threads(
+    cold_file, tmp_path, one_thread
+):
+    out = tmp_path / "prof"
+    outcome = profile_scenario(load(cold_file), out, calls=2)
+    assert torch.get_num_threads() == 2  # the scenario's [timing] threads, applied
+    cases = pd.read_csv(out / "cases.csv")
+    (row,) = cases.itertuples()
+    assert row.status == "ok" and row.case_id == COLD_CASE and row.l2 == "cold" and row.threads == 2
+    data, events, text = _trace(out, row.run)
+
+    flushes = _ops_inside(events, FLUSH_RANGE)
+    calls = _ops_inside(events, "perfsuite.full_softmax.eager")
+    assert len(flushes) == len(calls) == 2  # one flush before each profiled call
+    assert all(ops & FLUSH_OPS for ops in flushes)
+    assert all("aten::_softmax" in ops and not ops & FLUSH_OPS for ops in calls)
+    ranges = events[events["cat"] == "user_annotation"]
+    ranges = ranges[ranges["name"].isin([FLUSH_RANGE, "perfsuite.full_softmax.eager"])].sort_values("ts")
+    assert list(ranges["name"]) == [FLUSH_RANGE, "perfsuite.full_softmax.eager"] * 2
+    ends = (ranges["ts"] + ranges["dur"]).to_numpy()
+    assert (ends[:-1] <= ranges["ts"].to_numpy()[1:]).all()  # the ranges do not overlap
+
+    assert data["distributedInfo"] == {"backend": "gloo", "rank": 0, "world_size": 1}
+    assert [int(m) for m in HTA_RANK.findall(text)] == [0]
+    meta = data["perfsuite"]
+    assert {k: meta[k] for k in ("case_id", "variant", "path", "l2", "threads", "scenario")} == {
+        "case_id": COLD_CASE,
+        "variant": "full_softmax",
+        "path": "eager",
+        "l2": "cold",
+        "threads": 2,
+        "scenario": "cold",
+    }
+    assert meta["device"] == row.device and meta["calls"] == 2 and meta["flush_range"] == FLUSH_RANGE
+    assert not any(isinstance(v, (dict, list)) for v in meta.values())  # HTA's reader skips nested maps
+
+    kernels = pd.read_csv(out / "kernels.csv")
+    assert not set(kernels["kernel"]) & FLUSH_OPS
+    assert set(kernels["kernel"]) >= {"aten::_softmax", "aten::topk"}
+    assert kernels["share"].sum() == pytest.approx(1.0)
+    assert row.kernel_us_per_call == pytest.approx(kernels["total_us"].sum() / 2)
+    fills = events[(events["name"] == "aten::fill_")]
+    fills = fills[fills["ts"].between(ranges["ts"].min(), ranges["ts"].max())]
+    assert len(fills) == 2 and row.excluded_flush_kernels_per_call == 1.0
+    assert row.excluded_flush_us_per_call == pytest.approx(fills["dur"].sum() / 2)
+    assert (kernels["excluded_flush_us_per_call"] == row.excluded_flush_us_per_call).all()
+    assert (kernels["threads"] == 2).all() and outcome.cases["threads"].tolist() == [2]
+
+
+def test_hta_loads_a_profile_folder(cold_file, tmp_path, one_thread):
+    try:
+        from hta.trace_analysis import TraceAnalysis
+    except ImportError:
+        pytest.skip("HolisticTraceAnalysis not installed")
+    out = tmp_path / "prof"
+    profile_scenario(load(cold_file), out, calls=1)
+    (run,) = pd.read_csv(out / "cases.csv")["run"]
+    analysis = TraceAnalysis(trace_dir=str(out / run))
+    assert analysis.t.get_ranks() == [0]
+    meta = analysis.t.meta_data[0]
+    assert meta["distributedInfo"]["world_size"] == 1 and meta["perfsuite"]["case_id"] == COLD_CASE
+    analysis.get_gpu_kernel_breakdown(visualize=False)
+
+
+def test_gpu_profile_and_call_flush_in_their_own_nvtx_range(gpu, cold_file, tmp_path, one_thread):
+    """On the GPU (the simulated H200 without one): the flush is a range of its own in the trace and in
+    NVTX, outside the case's range, and none of its work is in kernels.csv."""
+    simulated = simulated_gpu.active() is not None
+    log = runtime.state().log if simulated else []
+    log.clear()
+    assert cli.main(["call", str(cold_file), COLD_CASE, "--device", "cuda:0", "--calls", "2"]) == 0
+    assert torch.get_num_threads() == 2
+    selection = "perfsuite.full_softmax.eager"
+    if simulated:
+        pushed = [(k, d) for k, d in log if k in ("range_push", "range_pop")]
+        assert (
+            pushed
+            == [(k, name) for name in (FLUSH_RANGE, selection) for k in ("range_push", "range_pop")] * 2
+        )
+    out = tmp_path / "prof"
+    command = ["profile", str(cold_file), "--out", str(out), "--device", "cuda:0", "--calls", "2"]
+    assert cli.main(command) == 0
+    (row,) = pd.read_csv(out / "cases.csv").itertuples()
+    assert row.status == "ok" and row.threads == 2, row.reason
+    data, events, _ = _trace(out, row.run)
+    assert data["distributedInfo"] == {"backend": "nccl", "rank": 0, "world_size": 1}
+    assert data["perfsuite"]["simulated"] is simulated
+    flushes, calls = _ops_inside(events, FLUSH_RANGE), _ops_inside(events, selection)
+    assert len(flushes) == len(calls) == 2
+    assert all(ops & FLUSH_OPS for ops in flushes) and not any(ops & FLUSH_OPS for ops in calls)
+    if simulated:
+        assert [d for k, d in log if k == "range_push"].count(FLUSH_RANGE) == 2 + 3  # call, then profile
+    kernels = pd.read_csv(out / "kernels.csv")
+    assert kernels["share"].sum() == pytest.approx(1.0) and row.excluded_flush_kernels_per_call >= 1
+    assert not kernels["kernel"].str.contains("FillFunctor|aten::fill_|aten::zero_").any()
+
+
 def test_profile_only_and_bad_input(scenario_file, tmp_path, capsys):
     out = tmp_path / "one"
     assert cli.main(["profile", str(scenario_file), "--out", str(out), "--only", "identity/eager/*k1*"]) == 0
@@ -103,6 +265,61 @@ def test_gpu_trace_keeps_the_kernels_launched_inside_the_range():
     assert table.loc[0, "share"] == pytest.approx(30 / 42) and table["share"].sum() == pytest.approx(1.0)
     assert not table["kernel"].str.contains("FillFunctor").any()
     assert summary.range_us_per_call == pytest.approx(60.0)
+    assert summary.flushes == 0 and math.isnan(summary.flush_us_per_call)  # no flush range in this trace
+
+
+def _flush_range(ts: float, dur: float) -> dict:
+    return {"name": FLUSH_RANGE, "cat": "user_annotation", "ts": ts, "dur": dur, "pid": "1", "tid": "1"}
+
+
+def test_the_flush_is_left_out_of_the_selection_even_without_its_range():
+    """A CPU trace without the selection's range counts every leaf op, but never the flush's."""
+    host = {"pid": "1", "tid": "1", "correlation": None}
+    events = pd.DataFrame(
+        [
+            {**_flush_range(0.0, 60.0), "correlation": None},
+            {"name": "aten::zero_", "cat": "cpu_op", "ts": 1.0, "dur": 58.0, **host},
+            {"name": "aten::fill_", "cat": "cpu_op", "ts": 2.0, "dur": 56.0, **host},
+            {"name": "aten::topk", "cat": "cpu_op", "ts": 70.0, "dur": 4.0, **host},
+            {"name": "aten::sort", "cat": "cpu_op", "ts": 80.0, "dur": 6.0, **host},
+        ]
+    )
+    summary = summarize(events, "perfsuite.identity.eager")
+    assert list(summary.table["kernel"]) == ["aten::sort", "aten::topk"] and summary.calls == 0
+    assert summary.kernel_us_per_call == 10.0 and summary.table["share"].sum() == pytest.approx(1.0)
+    assert (
+        summary.flushes == 1 and summary.flush_kernels_per_call == 1.0 and summary.flush_us_per_call == 56.0
+    )
+
+
+def test_gpu_flush_kernels_are_counted_apart_from_the_selection():
+    """The flush's kernels, launched inside `perfsuite.cache_flush`, are summed apart per call."""
+    host = {"pid": "1", "tid": "1"}
+    gpu = {"pid": "0", "tid": "7"}
+    selection = {"name": "perfsuite.identity.eager", "cat": "user_annotation", **host}
+    launch = {"name": "cudaLaunchKernel", "cat": "cuda_runtime", "dur": 1.0, **host}
+    events = pd.DataFrame(
+        [
+            {**_flush_range(0.0, 100.0), "correlation": None},
+            {**launch, "ts": 1.0, "correlation": 1},
+            {"name": "FillFunctor", "cat": "kernel", "ts": 5.0, "dur": 90.0, **gpu, "correlation": 1},
+            {**selection, "ts": 110.0, "dur": 20.0, "correlation": None},
+            {**launch, "ts": 111.0, "correlation": 2},
+            {"name": "k_topk", "cat": "kernel", "ts": 115.0, "dur": 8.0, **gpu, "correlation": 2},
+            {**_flush_range(200.0, 100.0), "correlation": None},
+            {**launch, "ts": 201.0, "correlation": 3},
+            {"name": "FillFunctor", "cat": "kernel", "ts": 205.0, "dur": 92.0, **gpu, "correlation": 3},
+            {**selection, "ts": 310.0, "dur": 20.0, "correlation": None},
+            {**launch, "ts": 311.0, "correlation": 4},
+            {"name": "k_topk", "cat": "kernel", "ts": 315.0, "dur": 10.0, **gpu, "correlation": 4},
+        ]
+    )
+    summary = summarize(events, "perfsuite.identity.eager")
+    assert list(summary.table["kernel"]) == ["k_topk"] and summary.table["share"].tolist() == [1.0]
+    assert summary.calls == 2 and summary.kernel_us_per_call == 9.0
+    assert (
+        summary.flushes == 2 and summary.flush_kernels_per_call == 1.0 and summary.flush_us_per_call == 91.0
+    )
 
 
 def test_graph_replay_kernels_carry_the_launch_correlation():

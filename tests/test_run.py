@@ -116,23 +116,26 @@ def test_shapes_that_do_not_fit_are_skipped_with_the_reason(tmp_path, monkeypatc
 
 
 def test_interrupted_runs_keep_their_rows_and_resume(tmp_path, monkeypatch):
-    original = KernelCaseRunner.run
-    calls = {"n": 0}
+    original = KernelCaseRunner.run_in_turn
+    calls = {"groups": 0, "rows": 0}
 
-    def interrupt_third(self, case):
-        calls["n"] += 1
-        if calls["n"] == 3:
+    def interrupt_third(self, cases):
+        calls["groups"] += 1
+        if calls["groups"] == 3:
             raise KeyboardInterrupt
-        return original(self, case)
+        rows = original(self, cases)
+        calls["rows"] += len(rows)
+        return rows
 
-    monkeypatch.setattr(KernelCaseRunner, "run", interrupt_third)
+    monkeypatch.setattr(KernelCaseRunner, "run_in_turn", interrupt_third)
     code, out = run(tmp_path)
     assert code == 130
-    assert len(pd.read_csv(out / "results.csv")) == 2 and (out / "report.html").exists()
-    monkeypatch.setattr(KernelCaseRunner, "run", original)
+    assert 0 < calls["rows"] == len(pd.read_csv(out / "results.csv")) and (out / "report.html").exists()
+    monkeypatch.setattr(KernelCaseRunner, "run_in_turn", original)
     code, out = run(tmp_path, "--resume")
     frame = pd.read_csv(out / "results.csv")
     assert code == 0 and len(frame) == 24 and frame["case_id"].is_unique
+    assert frame["run"].nunique() == 1  # a resumed run is the same run
 
 
 def test_resume_needs_out(tmp_path, capsys):

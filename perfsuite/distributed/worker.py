@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from perfsuite import threads
 from perfsuite.device import detect
 from perfsuite.distributed import cases, group
 from perfsuite.distributed.group import Group
@@ -56,9 +57,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sweep(g: Group, name: str, todo: list[Case], args: argparse.Namespace) -> int:
     info = detect(str(g.device))
-    env: dict[str, object] = {}
-    if g.rank == 0:
-        env = json.loads(Path(args.env).read_text()) if args.env else environment(info, name)
+    env: dict[str, object] = json.loads(Path(args.env).read_text()) if args.env else {}
+    # the launching run's threads (its --threads included), else the scenario's setting
+    threads.apply(int(env["threads"]) if "threads" in env else (todo[0].timing.threads if todo else 1))
+    if g.rank == 0 and not env:
+        env = environment(info, name)
     log = ResultsLog(Path(args.out)) if g.rank == 0 else None
     runner = TPCaseRunner(g, info, env)
     for i, case in enumerate(todo, 1):

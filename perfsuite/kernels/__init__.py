@@ -48,4 +48,24 @@ def availability(device: torch.device) -> str | None:
     return None if interpreting() else NEEDS_GPU
 
 
-__all__ = ["INTERPRET_ENV", "NEEDS_GPU", "NO_TRITON", "availability", "interpreting", "triton_installed"]
+NOT_TIMED = (
+    "Triton's interpreter on the CPU checks correctness only: not timed (time it on a GPU; "
+    "PERFSUITE_SIMULATED_GPU runs its GPU code path here)"
+)
+
+
+def untimed(device: torch.device) -> str | None:
+    """Why a Triton kernel that runs on `device` gives no figure worth recording: the interpreter."""
+    return NOT_TIMED if torch.device(device).type == "cpu" and interpreting() else None
+
+
+__all__ = [
+    "INTERPRET_ENV",
+    "NEEDS_GPU",
+    "NOT_TIMED",
+    "NO_TRITON",
+    "availability",
+    "interpreting",
+    "triton_installed",
+    "untimed",
+]

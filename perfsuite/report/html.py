@@ -1,5 +1,5 @@
-"""One self-contained HTML report from result rows: summary, plots, parity, tensor parallel, draft loop,
-edge cases, skips, full table and environment.
+"""One self-contained HTML report from result rows: warnings, summary, plots, parity, tensor parallel,
+draft loop, edge cases, skips, full table and environment.
 
 Each section is built from the blocks of `perfsuite.report.blocks` by its own module (`kernel_sections`,
 `tp_section`, `draft_section`, `edge_case_section`) and the page is rendered by `perfsuite.report.page`.
@@ -17,7 +17,7 @@ import pandas as pd
 from perfsuite.machine import SHARED_CORES
 from perfsuite.report import draft_section, edge_case_section, kernel_sections, tp_section
 from perfsuite.report.blocks import Note, Section
-from perfsuite.report.kernel_context import Context
+from perfsuite.report.kernel_context import UNSTABLE_MARK, Context
 from perfsuite.report.page import render_page
 from perfsuite.timing import UNSTABLE_SPREAD
 
@@ -34,6 +34,7 @@ def build_report(
     environment: dict[str, str] | None = None,
     title: str = DEFAULT_TITLE,
     notes: Sequence[str] = (),
+    samples: pd.DataFrame | None = None,
 ) -> Path:
     """Write one self-contained HTML report of `results` (schema frame) to `out_path`; return its path.
 
@@ -41,14 +42,15 @@ def build_report(
     matrix (pattern, description, dtype, topk, variant, index, topk_p, index_valid, same_as_baseline,
     error); `draft` the draft-loop rows (perfsuite.draft); tensor-parallel rows in `results` get a
     section of their own. `environment` overrides what the frame's columns say about the machine and run.
-    `notes`: the run's warnings (a shared machine, dropped log lines), shown first; without them the rows'
-    `other_cores` and `unstable` columns decide what to warn about.
+    `notes`: the run's warnings (run.json's `notes`: a shared machine, dropped log lines), shown in a
+    banner at the top with what the rows' `other_cores` and `unstable` columns add (`measurement_warnings`).
+    `samples`: the raw samples (`load.load_samples`: case_id, run, seconds), for the distribution figure.
     """
     out = Path(out_path)
     if out.is_dir() or out.suffix == "":
         out = out / "report.html"
     single, tensor_parallel = split_tensor_parallel(results)
-    ctx = Context.of(single)
+    ctx = Context.of(single, samples)
     kernel_level = len(single) > 0  # a draft-only or tensor-parallel-only run has no single-device rows
     every = ctx if tensor_parallel.empty else Context.of(results)
     sections = [
@@ -80,39 +82,43 @@ def build_report(
             "(PERFSUITE_SIMULATED_GPU). Every time here is a host time of CPU work, not a GPU measurement."
         )
         sections.insert(0, Section("simulated", "Simulated GPU", [Note(note)]))
-    warnings = measurement_warnings(results, notes)
-    if warnings:
-        sections.insert(0, Section("warnings", "Warnings", [Note(text) for text in warnings]))
     if not len(results) and (draft is None or draft.empty):
         sections.insert(0, Section("summary", "Summary", [Note("No result rows: nothing to plot.")]))
-    html = render_page(title, ctx.subtitle(), sections, REPORT_AGAIN)
+    warnings = measurement_warnings(results, notes)
+    html = render_page(title, ctx.subtitle(), sections, REPORT_AGAIN, warnings=warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return out
 
 
 def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> list[str]:
-    """What a reader must know before trusting the figures: the run's own notes, else whether other work
-    shared the machine while cases were measured (per run); and how many cases are unstable."""
-    out = list(notes)
-    ok = results[results["status"] == "ok"] if "status" in results else results
-    if not notes and "other_cores" in ok and len(ok):
-        runs = ok["run"].fillna("") if "run" in ok else pd.Series("", ok.index)
-        for run, rows in ok.groupby(runs):
+    """What a reader must know before trusting the figures, most important first: the run's own notes
+    (run.json), then from the rows: per run, how many cases other processes shared the machine with
+    (`other_cores` above `machine.SHARED_CORES`), and how many cases are unstable."""
+    out = [str(n) for n in notes]
+    ok = results[results["status"].astype(str) == "ok"] if "status" in results else results
+    if "other_cores" in ok and len(ok):
+        runs = ok["run"].astype(object).fillna("") if "run" in ok else pd.Series("", ok.index)
+        several = runs.nunique() > 1
+        for run, rows in ok.groupby(runs, sort=True):
             busy = pd.to_numeric(rows["other_cores"], errors="coerce")
-            shared = int((busy > SHARED_CORES).sum())
-            if shared > 0.1 * len(rows):
+            shared = busy > SHARED_CORES
+            if shared.any():
+                where = f"run {run}: " if several and run else ""
                 out.append(
-                    f"{f'run {run}: ' if run else ''}other processes kept more than {SHARED_CORES} "
-                    f"cores busy while {shared} of {len(rows)} cases were measured (median "
-                    f"{busy.median():.1f} cores): times may be slower and noisier than on an idle machine"
+                    f"{where}shared machine: {int(shared.sum())} of {len(rows)} cases were measured while "
+                    f"other processes kept more than {SHARED_CORES:g} cores busy (up to {busy.max():.1f}, "
+                    f"{busy[shared].mean():.1f} on average in those cases; column other_cores). Their times "
+                    "may be slower and noisier than on an idle machine: compare them with care, or measure "
+                    "again on an idle one."
                 )
     if "unstable" in ok and len(ok):
-        unstable = int(ok["unstable"].astype(str).eq("True").sum())
+        unstable = int(ok["unstable"].astype(str).str.strip().str.lower().eq("true").sum())
         if unstable:
             out.append(
-                f"{unstable} of {len(ok)} measured cases are unstable (p20-p80 spread above "
-                f"{100 * UNSTABLE_SPREAD:.0f} % of the median): rank and compare them with care"
+                f"{unstable} of {len(ok)} measured cases are unstable (the p20-p80 spread of their samples "
+                f"is above {100 * UNSTABLE_SPREAD:.0f} % of the median; marked {UNSTABLE_MARK} in the "
+                "tables, open rings in the latency plots): do not rank variants on them."
             )
     return out
 
@@ -150,4 +156,4 @@ def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
     return sorted(names)
 
 
-__all__ = ["DEFAULT_TITLE", "build_report", "split_tensor_parallel"]
+__all__ = ["DEFAULT_TITLE", "build_report", "measurement_warnings", "split_tensor_parallel"]

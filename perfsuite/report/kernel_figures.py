@@ -22,6 +22,8 @@ from perfsuite.report.kernel_context import (
     BASELINE,
     DTYPE_ORDER,
     FACET_ORDER,
+    UNSTABLE,
+    UNSTABLE_MARK,
     Context,
     case_label,
     dim_text,
@@ -80,6 +82,7 @@ class _Facets:
     dash: str | None
     hover: list[str]
     errors: tuple[str, str] | None = None  # columns of the upper and lower error bar lengths
+    flag: str | None = None  # a column counting unstable rows behind each point: drawn as an open marker
 
 
 def _facet_lines(ctx: Context, data: pd.DataFrame, spec: _Facets, title: str, **axes: object) -> dict:
@@ -143,7 +146,7 @@ def _panel_lines(
                 "dash": dashes.get(key[-1], "solid"),
                 "width": 2,
             },
-            "marker": {"size": 6},
+            "marker": _markers(line, spec.flag),
             "customdata": [[fmt.number(v) for v in r] for r in line[spec.hover].itertuples(index=False)],
             "hovertemplate": f"{hover}<br>{spec.y}: %{{y:.4g}}<extra>{name}</extra>",
         }
@@ -159,6 +162,18 @@ def _panel_lines(
         shown.add(name)
         traces.append(trace)
     return traces
+
+
+def _markers(line: pd.DataFrame, flag: str | None) -> dict:
+    """Filled markers; open ones (a larger ring) where `flag` counts unstable rows behind the point."""
+    if not flag or not (line[flag] > 0).any():
+        return {"size": 6}
+    unstable = (line[flag] > 0).to_numpy()
+    return {
+        "size": np.where(unstable, 9, 6).tolist(),
+        "symbol": np.where(unstable, "circle-open", "circle").tolist(),
+        "line": {"width": 2},
+    }
 
 
 def _pick(values: Iterable[object], n: int) -> list:
@@ -197,13 +212,13 @@ def _line_figures(
     data = ctx.ok[ctx.ok[y].notna() & ctx.ok["vocab"].notna() & ctx.ok["batch"].notna()]
     if data.empty:
         return [Note(f"{y_label}: no values in '{y}', figure skipped.")]
-    keys = ["device", "path", "topk", "l2", "dtype", "batch", "vocab", "variant"]
-    values = {y: "median", "samples": "median", "timing": "first"}
+    keys = [ctx.unit, "path", "topk", "l2", "dtype", "batch", "vocab", "variant"]
+    values = {y: "median", "samples": "median", "timing": "first", UNSTABLE: "sum"}
     if errors:
         values |= {"p20_us": "median", "p80_us": "median"}
     hover = [
         "variant",
-        "device",
+        ctx.unit,
         "path",
         "dtype",
         "batch",
@@ -213,6 +228,7 @@ def _line_figures(
         "logits",
         "samples",
         "timing",
+        "unstable",
     ]
     if "launch" in data:  # the Triton variants' plan (older results files lack the column)
         values["launch"] = "first"
@@ -223,15 +239,19 @@ def _line_figures(
         row="dtype" if data["dtype"].nunique() > 1 else None,
         col="batch",
         color="variant",
-        dash="device" if ctx.several_devices else None,
+        dash=ctx.unit if ctx.several_devices else None,
         hover=hover + (["p20_us", "p80_us"] if errors else []),
         errors=("err_plus", "err_minus") if errors else None,
+        flag=UNSTABLE,
     )
     blocks: list[Block] = []
     slices, note = _slices(data, ["path", "topk", "l2"])
     for i, (label, part) in enumerate(slices):
         part = part[part["batch"].isin(_pick(part["batch"], MAX_FACET_COLUMNS))]
         agg = _over_logits(part, values, keys)
+        rows = part.groupby(keys, dropna=False, sort=True).size().to_numpy()
+        flags = zip(agg[UNSTABLE], rows, strict=True)
+        agg["unstable"] = [f"{n} of {m} logits" if n else "no" for n, m in flags]
         if errors:
             agg["err_plus"] = (agg["p80_us"] - agg[y]).clip(lower=0)
             agg["err_minus"] = (agg[y] - agg["p20_us"]).clip(lower=0)
@@ -249,8 +269,10 @@ def latency_figures(ctx: Context) -> list[Block]:
     """Median time per call against vocab, with p20-p80 error bars."""
     caption = (
         "Median time per call (markers) with the 20th-80th percentile as error bars, against the vocabulary "
-        "size. Columns: batch size; rows: logits dtype; line style: device. Each point: the median over "
-        "logits distributions."
+        "size. Columns: batch size; rows: logits dtype; line style: device (and run, where runs of one "
+        "device are kept apart). Each point: the median over logits distributions. Open rings: unstable (the "
+        "samples' p20-p80 spread above 25 % of the median for at least one logits distribution; the hover "
+        "says how many): do not rank variants on those points."
     )
     return _line_figures(ctx, "latency", "median_us", "latency (µs)", caption, log_y=True, errors=True)
 
@@ -294,31 +316,61 @@ def speedup_figures(ctx: Context) -> list[Block]:
         return [Note("Speedup: no variant has a full_softmax baseline to compare with, figures skipped.")]
     blocks: list[Block] = []
     for variant in [v for v in ctx.variants if v in set(data["variant"])]:
-        blocks += guard(f"speedup {variant}", lambda v=variant: _speedup_heatmap(data, v))
+        blocks += guard(f"speedup {variant}", lambda v=variant: _speedup_heatmap(data, v, ctx.unit))
     return blocks
 
 
-def _speedup_heatmap(data: pd.DataFrame, variant: str) -> list[Block]:
+def speedup_cells(part: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """One speedup per case (`keys`) over its logits distributions: the median speedup, the medians of the
+    paired p20 and p80 (NaN where not paired), how it was measured and how many rows are unstable."""
+    data = part.assign(
+        _p20=pd.to_numeric(part["speedup_p20"], errors="coerce"),
+        _p80=pd.to_numeric(part["speedup_p80"], errors="coerce"),
+        _method=part["speedup_method"].astype(object).fillna("medians").astype(str),
+    )
+    return data.groupby(list(keys), dropna=False, sort=True).agg(
+        speedup=("speedup_vs_full", "median"),
+        p20=("_p20", "median"),
+        p80=("_p80", "median"),
+        method=("_method", lambda m: ", ".join(sorted(set(m)))),
+        unstable=(UNSTABLE, "sum"),
+        rows=("variant", "size"),
+    )
+
+
+def band_text(cell: pd.Series | object) -> str:
+    """How a speedup was measured: "paired, p20-p80 1.03-1.25×" or "ratio of medians"."""
+    method = str(getattr(cell, "method", ""))
+    p20, p80 = getattr(cell, "p20", math.nan), getattr(cell, "p80", math.nan)
+    if "paired" in method and not (fmt.is_nan(float(p20)) or fmt.is_nan(float(p80))):
+        return f"paired, p20-p80 {p20:.2f}-{p80:.2f}×" + (" (mixed)" if "medians" in method else "")
+    return "ratio of medians"
+
+
+def _speedup_heatmap(data: pd.DataFrame, variant: str, unit: str) -> list[Block]:
     part = data[data["variant"] == variant]
-    row_keys = ["device", *varying_keys(part, ["path", "topk", "l2"])]
+    row_keys = [unit, *varying_keys(part, ["path", "topk", "l2"])]
     all_rows = list(part[row_keys].drop_duplicates().itertuples(index=False, name=None))
     all_rows.sort(key=lambda r: [facet_rank(v) for v in r])
     rows = all_rows[:MAX_HEATMAP_ROWS]
     dtypes = ordered(part["dtype"], DTYPE_ORDER)
     titles = [f"{case_label(row_keys, r)} · {d}" for r in rows for d in dtypes]
-    grids = part.groupby([*row_keys, "dtype", "batch", "vocab"])["speedup_vs_full"].median()
+    cells = speedup_cells(part, [*row_keys, "dtype", "batch", "vocab"])
+    panels = cells.index.droplevel(["batch", "vocab"])
     traces, limit = [], 1.0
     for r, row in enumerate(rows):
         for c, dtype in enumerate(dtypes):
             key = (*row, dtype)
-            if key not in grids.index.droplevel(["batch", "vocab"]):
+            if key not in panels:
                 continue
-            grid = grids.loc[key].unstack("vocab").sort_index().sort_index(axis=1)
-            limit = max(limit, float(np.nanmax(np.abs(np.log2(grid.to_numpy(dtype=float))))))
-            traces.append(_heatmap_trace(grid, titles[r * len(dtypes) + c], _axes(r * len(dtypes) + c + 1)))
+            grid = cells.loc[key]
+            values = grid["speedup"].unstack("vocab").sort_index().sort_index(axis=1)
+            limit = max(limit, float(np.nanmax(np.abs(np.log2(values.to_numpy(dtype=float))))))
+            name, axes = titles[r * len(dtypes) + c], _axes(r * len(dtypes) + c + 1)
+            traces.append(_heatmap_trace(values, grid, name, axes))
     title = f"speedup of {variant} over full_softmax"
     build = partial(_heatmap_grid, rows, dtypes, titles, traces, min(math.ceil(limit), 4), title)
-    blocks = [figure_block(f"speedup-{variant}", title, build, _speedup_caption(variant))]
+    blocks = [figure_block(f"speedup-{variant}", title, build, _speedup_caption(variant, part))]
     if len(all_rows) > len(rows):
         blocks.append(Note(f"speedup {variant}: {len(all_rows) - len(rows)} device/path rows not drawn."))
     return blocks
@@ -337,30 +389,59 @@ def _heatmap_grid(
     return _plain(fig, traces)
 
 
-def _heatmap_trace(grid: pd.DataFrame, name: str, axes: tuple[str, str]) -> dict:
+def _heatmap_trace(grid: pd.DataFrame, cells: pd.DataFrame, name: str, axes: tuple[str, str]) -> dict:
+    """A heatmap of `grid` (speedups, batch x vocab); each cell's text: the speedup, a mark when unstable,
+    and the paired p20-p80 band below it; the hover says how it was measured."""
     values = grid.to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.log2(values)
+    text, hover = [], []
+    for batch in grid.index:
+        text.append([])
+        hover.append([])
+        for vocab in grid.columns:
+            cell = cells.loc[(batch, vocab)] if (batch, vocab) in cells.index else None
+            if cell is None or fmt.is_nan(float(cell["speedup"])):
+                text[-1].append("")
+                hover[-1].append("")
+                continue
+            mark = f" {UNSTABLE_MARK}" if cell["unstable"] else ""
+            paired = "paired" in str(cell["method"]) and not fmt.is_nan(float(cell["p20"]))
+            band = f"<br>{cell['p20']:.2f}-{cell['p80']:.2f}" if paired else ""
+            text[-1].append(f"{fmt.speedup(cell['speedup'])}{mark}{band}")
+            unstable = f"<br>unstable: {int(cell['unstable'])} of {int(cell['rows'])} logits" if mark else ""
+            hover[-1].append(f"{fmt.speedup(cell['speedup'])} ({band_text(cell)}){unstable}")
     return {
         "type": "heatmap",
         "x": [fmt.number(v) for v in grid.columns],
         "y": [fmt.number(v) for v in grid.index],
         "z": np.where(np.isfinite(z), z, np.nan),
-        "text": [[fmt.speedup(v) for v in row] for row in values],
+        "text": text,
+        "customdata": hover,
         "texttemplate": "%{text}",
         "coloraxis": "coloraxis",
         "name": name,
         "xaxis": axes[0],
         "yaxis": axes[1],
-        "hovertemplate": "batch %{y}<br>vocab %{x}<br>speedup %{text}<extra>%{fullData.name}</extra>",
+        "hovertemplate": "batch %{y}<br>vocab %{x}<br>speedup %{customdata}<extra>%{fullData.name}</extra>",
     }
 
 
-def _speedup_caption(variant: str) -> str:
+def _speedup_caption(variant: str, part: pd.DataFrame) -> str:
+    methods = part["speedup_method"].astype(object).fillna("medians").astype(str)
+    paired = int(methods.eq("paired").sum())
+    how = (
+        f"{paired} of {len(part)} rows paired: {variant} and full_softmax were sampled in turn, the speedup "
+        "is the median of the per-round ratios and the second line of a cell its p20-p80 band; the other "
+        "rows: the ratio of the two medians"
+        if paired
+        else "every speedup is the ratio of full_softmax's median to the variant's (no paired rounds)"
+    )
     return (
-        f"Cells: full_softmax median over {variant} median for the same device, path, dtype and shape "
-        "(median over logits distributions). Blue: faster than full_softmax; red: slower; the colour "
-        "scale is logarithmic and centred at 1×."
+        f"Cells: full_softmax's time over {variant}'s for the same device (and run), path, dtype and "
+        f"shape, the median over logits distributions; {how}. {UNSTABLE_MARK}: some sample behind the cell "
+        "is unstable. Blue: faster than full_softmax; red: slower; the colour scale is logarithmic and "
+        "centred at 1×."
     )
 
 
@@ -369,7 +450,7 @@ def memory_figure(ctx: Context) -> list[Block]:
     data = ctx.ok[ctx.ok["batch"].notna() & ctx.ok["vocab"].notna()]
     if data[["peak_temp_bytes", "model_temp_bytes"]].isna().all().all():
         return [Note("Memory: no peak_temp_bytes or model_temp_bytes values, figure skipped.")]
-    keys = ["device", "variant", "dtype", "batch", "vocab"]
+    keys = [ctx.unit, "variant", "dtype", "batch", "vocab"]
     agg = data.groupby(keys, dropna=False)[["peak_temp_bytes", "model_temp_bytes"]].max().reset_index()
     agg["elements"] = (agg["batch"] * agg["vocab"]).astype(float)
     long = agg.melt([*keys, "elements"], ["peak_temp_bytes", "model_temp_bytes"], "source", "bytes")
@@ -380,11 +461,11 @@ def memory_figure(ctx: Context) -> list[Block]:
     spec = _Facets(
         x="elements",
         y="bytes per logit",
-        row="device" if ctx.several_devices else None,
+        row=ctx.unit if ctx.several_devices else None,
         col="dtype" if long["dtype"].nunique() > 1 else None,
         color="variant",
         dash="source",
-        hover=["variant", "source", "device", "dtype", "batch", "vocab", "MiB"],
+        hover=["variant", "source", ctx.unit, "dtype", "batch", "vocab", "MiB"],
     )
     title = "peak temporary memory per logit: measured (solid) vs the variant's model (dashed)"
     axes = {"x_type": "log", "x_dtick": "D2", "label": "temporary bytes per logit"}
@@ -394,12 +475,12 @@ def memory_figure(ctx: Context) -> list[Block]:
         "over paths, k and logits). 2 bytes/logit is a bf16 [B, V] copy, 4 an fp32 one; 0: no [B, V] "
         "temporary."
     )
-    return [figure_block("memory", title, build, caption), _memory_table(agg)]
+    return [figure_block("memory", title, build, caption), _memory_table(agg, ctx.unit)]
 
 
-def _memory_table(agg: pd.DataFrame) -> Table:
+def _memory_table(agg: pd.DataFrame, unit: str) -> Table:
     rows = []
-    for (device, variant, dtype), part in agg.groupby(["device", "variant", "dtype"], sort=True):
+    for (device, variant, dtype), part in agg.groupby([unit, "variant", "dtype"], sort=True):
         big = part.loc[part["elements"].idxmax()]
         measured, model = big["peak_temp_bytes"], big["model_temp_bytes"]
         ratio = measured / model if model and not fmt.is_nan(model) else math.nan
@@ -407,7 +488,7 @@ def _memory_table(agg: pd.DataFrame) -> Table:
         rows.append(
             [device, variant, dtype, *sizes, fmt.mebibytes(measured), fmt.mebibytes(model), fmt.number(ratio)]
         )
-    columns = ["device", "variant", "dtype", "batch", "vocab", "measured", "model", "measured / model"]
+    columns = [unit, "variant", "dtype", "batch", "vocab", "measured", "model", "measured / model"]
     return Table(columns, rows, "Peak temporary memory at the largest batch × vocab per variant and dtype.")
 
 
@@ -416,7 +497,7 @@ def mismatch_figure(ctx: Context) -> list[Block]:
     base = ctx.frame[(ctx.frame["variant"] == BASELINE) & ctx.frame["top1_mismatch_ref"].notna()]
     if base.empty:
         return [Note("Top-1 mismatch: full_softmax has no top1_mismatch_ref values, figure skipped.")]
-    keys = ["device", "dtype", "logits"]
+    keys = [ctx.unit, "dtype", "logits"]
     agg = base.groupby(keys).apply(_weighted_mismatch, include_groups=False).reset_index()
     agg["percent"] = 100 * agg["mismatch"]
     title = "How often full_softmax picks a different top token than the float64 reference"
@@ -429,13 +510,13 @@ def mismatch_figure(ctx: Context) -> list[Block]:
     worst = agg.loc[agg["mismatch"].idxmax()]
     headline = Note(
         f"Worst: {fmt.percent(worst['mismatch'])} of rows for {worst['dtype']} logits '{worst['logits']}' "
-        f"on {worst['device']}."
+        f"on {worst[ctx.unit]}."
     )
-    build = partial(_mismatch_bars, agg, title, ctx.several_devices)
+    build = partial(_mismatch_bars, agg, title, ctx.unit if ctx.several_devices else None)
     return [headline, figure_block("top1-mismatch", title, build, caption)]
 
 
-def _mismatch_bars(agg: pd.DataFrame, title: str, several_devices: bool) -> go.Figure:
+def _mismatch_bars(agg: pd.DataFrame, title: str, facet: str | None) -> go.Figure:
     import plotly.express as px
 
     fig = px.bar(
@@ -444,9 +525,9 @@ def _mismatch_bars(agg: pd.DataFrame, title: str, several_devices: bool) -> go.F
         y="percent",
         color="dtype",
         barmode="group",
-        facet_col="device" if several_devices else None,
+        facet_col=facet,
         text=agg["percent"].map(lambda v: f"{v:.3g}"),
-        hover_data=["device", "dtype", "logits", "cases", "rows", "worst_case"],
+        hover_data=[facet or "device", "dtype", "logits", "cases", "rows", "worst_case"],
         labels={"percent": "rows with a different top token (%)", "logits": "logits distribution"},
         category_orders={"dtype": ordered(agg["dtype"], DTYPE_ORDER)},
         title=title,

@@ -8,34 +8,58 @@ import pandas as pd
 
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import Block, Cell, Details, Note, Section, Table, frame_table, guard
+from perfsuite.report.distributions import distribution_figures
 from perfsuite.report.kernel_context import (
     BASELINE,
     FACET_ORDER,
+    HELPERS,
     INEXACT_SHORTCUT,
+    UNSTABLE,
+    UNSTABLE_MARK,
+    UNSTABLE_TEXT,
     Context,
     dim_text,
     ordered,
     varying_keys,
 )
 from perfsuite.report.kernel_figures import (
+    band_text,
     bandwidth_figures,
     latency_figures,
     memory_figure,
     mismatch_figure,
+    speedup_cells,
     speedup_figures,
 )
 from perfsuite.schema import FLAG_TOLERANCE, flagged
 
-ENVIRONMENT_COLUMNS = ("device", "backend", "runtime", "driver", "torch", "triton", "git_sha", "scenario")
+ENVIRONMENT_COLUMNS = (
+    "device",
+    "backend",
+    "runtime",
+    "driver",
+    "torch",
+    "triton",
+    "git_sha",
+    "scenario",
+    "run",
+    "settings",
+    "cpu_model",
+    "cores",
+    "cpu_quota",
+    "threads",
+    "governor",
+)
 SUMMARY_ENVIRONMENT = ("backend", "runtime", "driver", "torch", "triton", "git_sha")
 MAX_REASON_GROUPS = 60
 
 
 def summary_section(ctx: Context) -> Section:
-    """Where the figures come from, the fastest exact variant, the argmax_ones trade, the top-1 mismatch."""
+    """Where the figures come from, the fastest variant whatever its accuracy and the fastest exact one,
+    the argmax_ones trade, the top-1 mismatch."""
     section = Section("summary", "Summary", intro=_summary_intro(ctx))
     section.blocks += guard("measured on", lambda: _measured_on(ctx))
-    section.blocks += guard("fastest exact variant", lambda: _fastest_exact_table(ctx))
+    section.blocks += guard("fastest variant", lambda: _fastest_table(ctx))
     section.blocks += guard("argmax_ones trade", lambda: _argmax_table(ctx))
     section.blocks += guard("top-1 mismatch", lambda: mismatch_figure(ctx))
     section.blocks += guard("measured bytes", lambda: _traffic_finding(ctx))
@@ -43,9 +67,9 @@ def summary_section(ctx: Context) -> Section:
 
 
 def _measured_on(ctx: Context) -> list[Block]:
-    """Where each device's figures come from: backend, runtime, driver, torch, triton, perfsuite commit."""
+    """Where each device's (or run's) figures come from: backend, runtime, driver, torch, triton, commit."""
     rows = []
-    for device, part in ctx.frame.groupby("device", sort=True):
+    for device, part in ctx.frame.groupby(ctx.unit, sort=True):
         values = _frame_environment(part)
         rows.append([str(device), *(values.get(c, "") for c in SUMMARY_ENVIRONMENT)])
     if not rows:
@@ -55,72 +79,135 @@ def _measured_on(ctx: Context) -> list[Block]:
 
 def _summary_intro(ctx: Context) -> str:
     return (
-        "Which variant returns exact probabilities fastest, what the inexact argmax_ones shortcut would save "
-        "and what it costs in probability error, and how often the baseline's bf16/fp16 rounding changes the "
-        "top token. Speedups: full_softmax's median over the variant's, same device, path, dtype and shape."
+        "Which variant is fastest per shape whatever its accuracy (full_softmax rounds its probabilities in "
+        "bf16/fp16, argmax_ones returns 1.0 in place of them), which exact variant is fastest and at what "
+        "speed against full_softmax, what the inexact argmax_ones shortcut would save and what it costs in "
+        "probability error, and how often the baseline's bf16/fp16 rounding changes the top token. "
+        "Speedups: full_softmax's time over the variant's, same device, run, path, dtype and shape (the "
+        "median of paired per-round ratios where the variants were sampled in turn)."
     )
 
 
-def _summary_keys(ok: pd.DataFrame) -> list[str]:
-    return ["device", *varying_keys(ok, ["backend"]), "dtype", "path", *varying_keys(ok, ["topk", "l2"])]
+def _summary_keys(ctx: Context) -> list[str]:
+    ok = ctx.ok
+    return [ctx.unit, *varying_keys(ok, ["backend"]), "dtype", "path", *varying_keys(ok, ["topk", "l2"])]
 
 
-def _fastest_exact_table(ctx: Context) -> list[Block]:
-    exact = ctx.ok[(ctx.ok["accuracy"] == "exact") & ctx.ok["batch"].notna() & ctx.ok["vocab"].notna()]
-    if exact.empty:
-        return [Note("Fastest exact variant: no exact variant has timings.")]
-    keys = _summary_keys(ctx.ok)
-    per_case = exact.groupby([*keys, "batch", "vocab", "variant"], dropna=False).agg(
-        median_us=("median_us", "median"), speedup=("speedup_vs_full", "median")
+def _per_variant(ctx: Context, keys: list[str]) -> pd.DataFrame:
+    """One row per (case, variant): the median over logits distributions of its time and speedup, the
+    medians of the paired band, how the speedup was measured and how many rows behind it are unstable."""
+    data = ctx.ok[ctx.ok["batch"].notna() & ctx.ok["vocab"].notna()]
+    cells = speedup_cells(data, [*keys, "batch", "vocab", "variant"])
+    extra = data.groupby([*keys, "batch", "vocab", "variant"], dropna=False, sort=True).agg(
+        median_us=("median_us", "median"), accuracy=("accuracy", "first")
     )
-    per_case = per_case.reset_index()
-    best = per_case.loc[per_case.groupby([*keys, "batch", "vocab"], dropna=False)["median_us"].idxmin()]
-    vocabs = sorted(best["vocab"].dropna().unique())
+    return cells.join(extra).reset_index()
+
+
+def _fastest_table(ctx: Context) -> list[Block]:
+    """Per batch x vocab: the fastest variant whatever its accuracy and, beside it, the fastest exact one."""
+    keys = _summary_keys(ctx)
+    per_case = _per_variant(ctx, keys)
+    if per_case.empty:
+        return [Note("Fastest variant: no timings.")]
+    case = [*keys, "batch", "vocab"]
+    fastest = per_case.loc[per_case.groupby(case, dropna=False)["median_us"].idxmin()]
+    exact = per_case[per_case["accuracy"] == "exact"]
+    best_exact = exact.loc[exact.groupby(case, dropna=False)["median_us"].idxmin()] if len(exact) else exact
+    vocabs = sorted(per_case["vocab"].dropna().unique())
+    winners = {"fastest": _by_cell(fastest, case), "exact": _by_cell(best_exact, case)}
     rows = []
-    for group, part in best.groupby([*keys, "batch"], sort=True, dropna=False):
-        cells = {v: Cell("") for v in vocabs}
-        for rec in part.itertuples(index=False):
-            text = f"{rec.variant} {fmt.speedup(rec.speedup)}".strip()
-            tip = (
-                f"{rec.variant}: {fmt.number(rec.median_us)} µs, {fmt.speedup(rec.speedup) or 'no baseline'}"
-            )
-            cells[rec.vocab] = Cell(text, _speedup_class(rec.speedup), tip)
-        labels = [
+    for group, _ in per_case.groupby([*keys, "batch"], sort=True, dropna=False):
+        cells: list[Cell | str] = [
             dim_text(k, v) if k in ("topk",) else fmt.number(v)
             for k, v in zip([*keys, "batch"], group, strict=True)
         ]
-        rows.append([*labels, *(cells[v] for v in vocabs)])
-    columns = [*keys, "batch", *(f"V={fmt.number(v)}" for v in vocabs)]
+        for vocab in vocabs:
+            for which in ("fastest", "exact"):
+                rec = winners[which].get((*group, vocab))
+                cells.append(_winner_cell(rec) if rec is not None else Cell(""))
+        rows.append(cells)
+    columns = [*keys, "batch"]
+    for vocab in vocabs:
+        columns += [f"V={fmt.number(vocab)}: fastest (any accuracy)", f"V={fmt.number(vocab)}: fastest exact"]
     caption = (
-        "Fastest exact variant (accuracy = exact) per batch × vocab, with its speedup over full_softmax "
-        "(green ≥ 1.05×, red ≤ 0.95×). Median over logits distributions."
+        "Per batch × vocab: the fastest variant whatever its accuracy (its accuracy in brackets when it is "
+        "not exact) and the fastest exact variant (accuracy = exact), each with its speedup over "
+        "full_softmax (green ≥ 1.05×, red ≤ 0.95×; the hover gives the times and the paired p20-p80 band). "
+        f"Median over logits distributions. {UNSTABLE_TEXT}."
     )
-    return [*_fastest_findings(best), Table(columns, rows, caption, css="compact")]
+    if exact.empty:
+        caption += " No exact variant has timings."
+    return [*_fastest_findings(fastest, best_exact, keys), Table(columns, rows, caption, css="compact")]
 
 
-def _fastest_findings(best: pd.DataFrame) -> list[Note]:
-    """A line per device and dtype: the exact variant winning most cells, its speedups over full_softmax."""
+def _by_cell(frame: pd.DataFrame, case: list[str]) -> dict[tuple, pd.Series]:
+    return {tuple(rec[case]): rec for _, rec in frame.iterrows()}
+
+
+def _winner_cell(rec: pd.Series) -> Cell:
+    """A variant, its accuracy unless exact, its speedup over full_softmax and a mark when unstable."""
+    name = str(rec["variant"])
+    accuracy = "" if rec["accuracy"] == "exact" else f" ({rec['accuracy']})"
+    speed = "" if name == BASELINE else fmt.speedup(rec["speedup"])
+    mark = f" {UNSTABLE_MARK}" if rec["unstable"] else ""
+    text = " ".join(t for t in (f"{name}{accuracy}", speed) if t) + mark
+    tip = f"{name}: {fmt.number(rec['median_us'])} µs"
+    if name != BASELINE:
+        tip += f", {fmt.speedup(rec['speedup']) or 'no baseline'} ({band_text(rec)})"
+    if rec["unstable"]:
+        tip += f"; unstable in {int(rec['unstable'])} of {int(rec['rows'])} logits distributions"
+    return Cell(text, _speedup_class(rec["speedup"]) if name != BASELINE else "", tip)
+
+
+def _fastest_findings(fastest: pd.DataFrame, exact: pd.DataFrame, keys: list[str]) -> list[Note]:
+    """A line per device (or run) and dtype: which variants are fastest (whatever their accuracy) in how
+    many cells, then the exact variant winning most cells among the exact ones and its speedups."""
     notes = []
-    for (device, dtype), part in best.groupby(["device", "dtype"], sort=True):
-        device = f"{device} · {dtype}"
-        winner = part["variant"].value_counts()
-        name, wins = winner.index[0], int(winner.iloc[0])
-        speedups = part.loc[part["variant"] == name, "speedup"].dropna()
-        spread = ""
-        if len(speedups):
-            low, mid, high = speedups.min(), speedups.median(), speedups.max()
-            spread = f": median {fmt.speedup(mid)} over full_softmax ({fmt.speedup(low)} to {high:.2f}×)"
-        notes.append(
-            Note(f"{device}: {name} is the fastest exact variant in {wins} of {len(part)} cells{spread}.")
-        )
+    unit = keys[0]
+    for (device, dtype), part in fastest.groupby([unit, "dtype"], sort=True):
+        counts = part.groupby("variant")["accuracy"].agg(["size", "first"])
+        counts = counts.sort_values("size", ascending=False, kind="stable")
+        wins = [f"{name} ({acc}) in {n} of {len(part)} cells" for name, (n, acc) in counts.iterrows()]
+        text = f"{device} · {dtype}: fastest variant: {'; '.join(wins)}."
+        mine = exact[(exact[unit] == device) & (exact["dtype"] == dtype)] if len(exact) else exact
+        if mine.empty:
+            text += " No exact variant was timed here."
+        else:
+            text += " " + _exact_finding(mine, part)
+        notes.append(Note(text))
     return notes
+
+
+def _exact_finding(exact: pd.DataFrame, fastest: pd.DataFrame) -> str:
+    """The exact variant winning most cells among the exact ones, its speedups, and how it compares with
+    the overall winner: never worded as if it were the fastest variant when it is not."""
+    winner = exact["variant"].value_counts()
+    name, wins = winner.index[0], int(winner.iloc[0])
+    speedups = exact.loc[exact["variant"] == name, "speedup"].dropna()
+    text = f"Fastest exact variant: {name} in {wins} of {len(exact)} cells"
+    if len(speedups):
+        low, mid, high = speedups.min(), speedups.median(), speedups.max()
+        verdict = (
+            "faster than full_softmax"
+            if mid >= 1.05
+            else "slower than full_softmax"
+            if mid <= 0.95
+            else "as fast as full_softmax, within 5 %"
+        )
+        spread = f"{fmt.speedup(low)} to {high:.2f}×"
+        text += f", median {fmt.speedup(mid)} against full_softmax ({spread}): {verdict}"
+    overall = int((fastest["variant"] == name).sum())
+    if overall == len(fastest):
+        return text + "; it is also the fastest variant of any accuracy in every cell."
+    return text + f"; the fastest variant of any accuracy in {overall} of {len(fastest)} cells."
 
 
 def _argmax_table(ctx: Context) -> list[Block]:
     shortcut = ctx.ok[ctx.ok["variant"] == INEXACT_SHORTCUT]
     if shortcut.empty:
         return [Note(f"{INEXACT_SHORTCUT}: no timed cases.")]
-    keys = _summary_keys(ctx.ok)
+    keys = _summary_keys(ctx)
     case = [*keys, "batch", "vocab"]
     exact = ctx.ok[ctx.ok["accuracy"] == "exact"].groupby(case, dropna=False)["median_us"].median()
     exact_best = ctx.ok[ctx.ok["accuracy"] == "exact"].groupby([*case, "variant"], dropna=False)["median_us"]
@@ -195,13 +282,14 @@ def _speedup_class(value: float) -> str:
 
 
 def plots_section(ctx: Context) -> Section:
-    """Latency, speedup heatmaps, bandwidth and memory figures."""
+    """Latency, the samples' distributions, speedup heatmaps, bandwidth and memory figures."""
     section = Section("plots", "Plots")
     if ctx.ok.empty:
         section.blocks.append(Note("No ok cases with timings: nothing to plot."))
         return section
     for name, build in (
         ("latency", latency_figures),
+        ("distributions", distribution_figures),
         ("speedup", speedup_figures),
         ("bandwidth", bandwidth_figures),
         ("memory", memory_figure),
@@ -244,11 +332,11 @@ def traffic_section(ctx: Context) -> Section | None:
         f"FETCH_SIZE/WRITE_SIZE) next to the variant's bytes model; more than {100 * FLAG_TOLERANCE:.0f} % "
         "apart is flagged (red). Median over logits distributions.",
     )
-    section.blocks += guard("traffic table", lambda: _traffic_table(counted))
+    section.blocks += guard("traffic table", lambda: _traffic_table(counted, ctx.unit))
     return section
 
 
-def _traffic_table(counted: pd.DataFrame) -> list[Block]:
+def _traffic_table(counted: pd.DataFrame, unit: str) -> list[Block]:
     measured = counted[counted["bytes_measured"].notna()]
     blocks: list[Block] = []
     missing = counted[counted["bytes_measured"].isna()]
@@ -258,7 +346,7 @@ def _traffic_table(counted: pd.DataFrame) -> list[Block]:
         blocks.append(Note(f"Not measured: {text}."))
     if measured.empty:
         return blocks
-    keys = ["device", "variant", "path", "dtype", "batch", "vocab", "topk", "l2"]
+    keys = [unit, "variant", "path", "dtype", "batch", "vocab", "topk", "l2"]
     values = ["bytes_model", "bytes_measured", "bytes_read_measured", "bytes_write_measured"]
     agg = measured.groupby(keys, dropna=False, sort=True)[values].median().reset_index()
     agg["ratio"] = agg["bytes_measured"] / agg["bytes_model"]
@@ -300,7 +388,7 @@ def _parity_table(ctx: Context) -> Block:
     data = ctx.frame[ctx.frame["verdict"].notna()]
     if data.empty:
         return Note("No parity verdicts in these results.")
-    keys = [*(["device"] if ctx.several_devices else []), "variant", "dtype", "logits"]
+    keys = [*([ctx.unit] if ctx.several_devices else []), "variant", "dtype", "logits"]
     verdicts = [v for v in ("pass", "inexact", "fail", "n/a") if v in set(data["verdict"])]
     verdicts += sorted(set(data["verdict"]) - set(verdicts))
     counts = data.groupby([*keys, "verdict"]).size().unstack("verdict", fill_value=0)
@@ -360,6 +448,7 @@ def skipped_section(ctx: Context) -> Section:
             cases=("variant", "size"),
             variants=("variant", _distinct),
             devices=("device", _distinct),
+            **({"runs": ("run", _distinct)} if ctx.runs_apart else {}),
             dtypes=("dtype", _distinct),
             paths=("path", _distinct),
             vocab=("vocab", _span),
@@ -391,17 +480,25 @@ def _span(values: pd.Series) -> str:
 
 
 def results_section(ctx: Context) -> Section:
-    """Every row and non-empty column, collapsed."""
-    frame = ctx.frame
+    """Every row and non-empty column, collapsed; unstable rows marked in their `unstable` column."""
+    frame = ctx.frame.drop(columns=[c for c in HELPERS if c in ctx.frame])
     empty = [c for c in frame.columns if frame[c].isna().all()]
     shown = frame.drop(columns=empty)
     section = Section("results", "All results")
-    blocks: list[Block] = [frame_table(shown, f"{len(shown)} rows.")]
+    table = frame_table(shown, f"{len(shown)} rows. {UNSTABLE_TEXT}.")
+    if "unstable" in shown:
+        column = list(shown.columns).index("unstable")
+        tip = "p20-p80 spread above 25 % of the median: not a figure to rank or compare on"
+        for row, flag in zip(table.rows, ctx.frame[UNSTABLE], strict=True):
+            if flag:
+                row[column] = Cell(f"True {UNSTABLE_MARK}", "differs", tip)
+    blocks: list[Block] = [table]
     if empty:
         blocks.append(Note(f"Columns without any value, left out: {', '.join(empty)}."))
-    section.blocks.append(
-        Details(f"Full results table ({len(shown)} rows × {shown.shape[1]} columns)", blocks)
-    )
+    unstable = int(ctx.frame[UNSTABLE].sum())
+    summary = f"Full results table ({len(shown)} rows × {shown.shape[1]} columns"
+    summary += f", {unstable} unstable)" if unstable else ")"
+    section.blocks.append(Details(summary, blocks))
     return section
 
 

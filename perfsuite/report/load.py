@@ -4,6 +4,10 @@ Accepted: the suite's `results.csv`, `results.json` (pandas records, or the colu
 `results.jsonl` (one JSON object per line, as `ResultsLog` appends them), a pytest-benchmark
 `--benchmark-json` file whose entries carry a result row in `extra_info`, or a run directory holding one
 of the suite's files. Every failure is a `ValueError` whose message starts with the file name.
+
+A run's companions, found beside a results file or in its folder: `load_samples` (the raw timed samples
+of `samples.jsonl`) and `run_notes` (the run's warnings in `run.json`); both are optional and return
+nothing rather than raise when a file is missing or unreadable.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.results import to_frame
+from perfsuite.results import ResultsLog, to_frame
 from perfsuite.schema import RESULT_COLUMNS as COLUMNS
 
 NUMERIC_COLUMNS = (
@@ -27,7 +31,10 @@ NUMERIC_COLUMNS = (
     "p20_us",
     "p80_us",
     "samples",
+    "spread",
     "speedup_vs_full",
+    "speedup_p20",
+    "speedup_p80",
     "bytes_model",
     "bytes_ideal",
     "bytes_measured",
@@ -51,6 +58,11 @@ NUMERIC_COLUMNS = (
     "p_relerr_base",
     "finite_rows",
     "nonfinite_rows",
+    "threads",
+    "other_cores",
+    "load_avg",
+    "cores",
+    "cpu_quota",
 )
 """Schema columns holding numbers; every other schema column is text."""
 TEXT_COLUMNS = tuple(c for c in COLUMNS if c not in NUMERIC_COLUMNS)
@@ -58,6 +70,9 @@ RUN_FILES = ("results.json", "results.csv", "results.jsonl")
 """What a run directory is searched for, in this order (the JSONL log may be a partial run)."""
 BENCH_COLUMNS = ("bench_name", "bench_group")
 """Extra columns kept from a pytest-benchmark entry."""
+SAMPLES_FILE = "samples.jsonl"
+MANIFEST_FILE = "run.json"
+SAMPLE_COLUMNS = ("case_id", "run", "seconds")
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -88,6 +103,46 @@ def load_many(paths: Iterable[str | Path]) -> pd.DataFrame:
         raise ValueError("no results files given")
     frames = [f.dropna(axis=1, how="all") if len(frames) > 1 else f for f in frames]
     return coerce(pd.concat(frames, ignore_index=True))
+
+
+def load_samples(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame | None:
+    """The raw samples of the runs behind one or more results files (or run folders): `samples.jsonl`
+    beside each, as a frame of case_id, run ('' where the log has none) and seconds (a list of floats per
+    measured case); None when no such file holds a sample. Torn or malformed lines are skipped."""
+    records = []
+    for folder in _folders(paths):
+        path = folder / SAMPLES_FILE
+        for row in ResultsLog(path).read() if path.is_file() else []:  # its folder exists: nothing made
+            seconds = row.get("seconds")
+            if not row.get("case_id") or not isinstance(seconds, list):
+                continue
+            values = [float(v) for v in seconds if isinstance(v, (int, float)) and math.isfinite(v)]
+            if values:
+                records.append({"case_id": str(row["case_id"]), "run": str(row.get("run") or ""),
+                                "seconds": values})  # fmt: skip
+    return pd.DataFrame(records, columns=list(SAMPLE_COLUMNS)) if records else None
+
+
+def run_notes(paths: str | Path | Iterable[str | Path]) -> list[str]:
+    """The warnings (`notes`) each run wrote to its `run.json` beside the results files (or in the run
+    folders); each prefixed with the run's label when several runs are read. Missing files: no notes."""
+    manifests = []
+    for folder in _folders(paths):
+        try:
+            data = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("notes"), list):
+            manifests.append((str(data.get("label") or folder.name), [str(n) for n in data["notes"]]))
+    several = len(manifests) > 1
+    return [f"run {label}: {note}" if several else note for label, notes in manifests for note in notes]
+
+
+def _folders(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    """The run folders of results files or folders, each once, in order."""
+    items = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    folders = [Path(p) if Path(p).is_dir() else Path(p).parent for p in items]
+    return list(dict.fromkeys(folders))
 
 
 def coerce(frame: pd.DataFrame) -> pd.DataFrame:

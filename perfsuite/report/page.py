@@ -1,8 +1,10 @@
 """Blocks to HTML: a self-contained page of sections (`render_page`), or one section's body
-(`render_fragment`), both from the templates in `templates/` (`blocks.html` holds the blocks' markup)."""
+(`render_fragment`), both from the templates in `templates/` (`blocks.html` holds the blocks' markup).
+A page's warnings (a shared machine, unstable cases) open it in a banner above its navigation."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -27,11 +29,18 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render_page(title: str, subtitle: str, sections: list[Section], report_again: str) -> str:
+WARNINGS_ID = "warnings"
+NAV = "\n<nav>"
+
+
+def render_page(
+    title: str, subtitle: str, sections: list[Section], report_again: str, warnings: Sequence[str] = ()
+) -> str:
     """A self-contained page of sections in the report's template and style, plotly.js inlined once.
 
     Without plotly the page has no script at all and opens with a note: why the plots are missing and
-    `report_again`, the command that draws them once plotly is installed.
+    `report_again`, the command that draws them once plotly is installed. `warnings` open the page in a
+    banner (id `warnings`) between the title and the navigation.
     """
     missing = plots_available() is not None
     if missing:
@@ -40,7 +49,7 @@ def render_page(title: str, subtitle: str, sections: list[Section], report_again
         import plotly.offline
 
         plotly_js = Markup(plotly.offline.get_plotlyjs())
-    return (
+    page = (
         _environment()
         .get_template("report.html")
         .render(
@@ -52,6 +61,29 @@ def render_page(title: str, subtitle: str, sections: list[Section], report_again
             banner=missing_plots_banner(report_again) if missing else "",
         )
     )
+    return _with_warnings(page, warnings)
+
+
+def warnings_banner(warnings: Sequence[str]) -> Markup:
+    """The warnings as a banner in the page's style (escaped); empty without warnings."""
+    if not warnings:
+        return Markup("")
+    items = Markup("").join(Markup("<li>{}</li>").format(text) for text in warnings)
+    return Markup(
+        '<div class="banner" id="{}" role="alert"><strong>Warnings: read these before the figures</strong>'
+        "<ul>{}</ul></div>"
+    ).format(WARNINGS_ID, items)
+
+
+def _with_warnings(page: str, warnings: Sequence[str]) -> str:
+    """The page with the warnings banner before its navigation (the template has no place for it)."""
+    banner = warnings_banner(warnings)
+    if not banner:
+        return page
+    at = page.find(NAV)
+    if at < 0:  # a template without navigation: right after <body>
+        at = page.index("<body>") + len("<body>")
+    return f"{page[:at]}\n{banner}{page[at:]}"
 
 
 def render_fragment(section: Section) -> str:
