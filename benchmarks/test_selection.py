@@ -10,9 +10,12 @@ both saved files with perfsuite (on a fresh checkout they are `.benchmarks/<mach
     perfsuite compare .benchmarks/*/*_base.json .benchmarks/*/*_new.json
     perfsuite report .benchmarks/*/*_base.json .benchmarks/*/*_new.json --out reports/bench.html
 
-`--benchmark-compare` alone compares with the latest saved run (`--benchmark-compare=0001`: that one);
-`--benchmark-autosave` saves under a counter and the commit instead of a name; `--benchmark-json FILE`
-writes one file anywhere, which `perfsuite report` and `compare` read too. `--benchmark-group-by=param:dtype`
+`--benchmark-compare` alone compares with the latest saved run (`--benchmark-compare=0001`: that one;
+name the files to `perfsuite compare` once a name was saved twice); `--benchmark-autosave` saves under a
+counter and the commit instead of a name; `--benchmark-json FILE` writes one file anywhere, which
+`perfsuite report` and `compare` read too. Keep `--benchmark-storage` under the working directory:
+pytest-benchmark 5.x crashes comparing with a storage outside it when the two runs' machine_info differ
+(its issue 217; the load average is left out of that check, the threads and device are not). `--benchmark-group-by=param:dtype`
 (or `param:variant`, `param:path`, ...) groups the table by a case parameter; `--scenario-threads N`
 overrides the scenario's `[timing] threads`.
 

@@ -146,7 +146,16 @@ def _run(
         notes=notes,
     )
     run_dir.write_manifest(out_dir, manifest)
-    return finish(scenario, out_dir, log, draft_log, info, env, interrupted, notes)
+    state = {
+        "load average (start, end)": f"{usage.load_start:.2f}, {manifest['end']['load_avg']:.2f}",
+        "other processes' cores (run average)": f"{other:.2f}",
+        **{f"gpu at the {when}": _gpu_text(manifest[when]["gpu"]) for when in ("start", "end")},
+    }
+    return finish(scenario, out_dir, log, draft_log, info, {**env, **state}, interrupted, notes)
+
+
+def _gpu_text(state: dict[str, object]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in state.items()) or "not readable here"
 
 
 def same_shape(cases: list[Case]) -> list[list[Case]]:

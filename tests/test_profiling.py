@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -108,7 +109,7 @@ def cold_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def one_thread(monkeypatch) -> None:
+def one_thread(monkeypatch) -> Iterator[None]:
     """Start from one torch thread, and give the test's caller back the threads it had."""
     before = torch.get_num_threads()
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # perfsuite.threads.apply sets it; restored after the test

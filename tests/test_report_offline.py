@@ -143,7 +143,9 @@ def test_report_without_plotly_keeps_every_table(pages: tuple[str, str]) -> None
 def test_report_without_plotly_shows_the_values(pages: tuple[str, str]) -> None:
     offline, _ = pages
     summary = section(offline, "summary")
-    assert "NVIDIA H200 · bfloat16: triton_fused is the fastest exact variant" in summary
+    assert "NVIDIA H200 · bfloat16: fastest variant: triton_fused (exact) in 8 of 8 cells" in summary
+    assert "cpu-x86_64 · bfloat16: fastest variant: argmax_ones (inexact) in 4 of 4 cells" in summary
+    assert "Fastest exact variant: identity in 4 of 4 cells" in summary  # the CPU's, named as such
     assert ">4.2</td>" in summary  # argmax_ones' probability error against float64
     assert "triton needs a GPU" in section(offline, "skipped")
     assert "[7] / [1.0]" in section(offline, "edge-cases")

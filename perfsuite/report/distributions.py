@@ -51,7 +51,9 @@ def distribution_figures(ctx: Context) -> list[Block]:
         return [Note("Distributions of the timed samples: no sample matches a measured case of these rows.")]
     keys = [ctx.unit, *SHAPE_KEYS]
     shapes, logits, total = pick_shapes(matched, keys)
-    titles = [case_label(keys, shape) for shape in shapes]
+    shown = [k for i, k in enumerate(keys) if k in ("batch", "vocab") or len({s[i] for s in shapes}) > 1]
+    common = [(k, shapes[0][i]) for i, k in enumerate(keys) if k not in shown]
+    titles = [case_label(shown, [shape[keys.index(k)] for k in shown]) for shape in shapes]
     groups = matched.groupby(keys, dropna=False, sort=False)
     panels = [groups.get_group(shape).reset_index(drop=True) for shape in shapes]
     build = partial(_boxes, ctx, panels, titles)
@@ -62,6 +64,7 @@ def distribution_figures(ctx: Context) -> list[Block]:
         + (f" (logits '{logits}' only)" if logits else "")
         + ": evenly spread from the smallest batch × vocab to the largest"
         + (" of each device and run" if ctx.several_devices else "")
+        + (f"; every panel: {case_label(*zip(*common, strict=True))}" if common else "")
         + f". At most {MAX_SAMPLES} samples per case"
         + (f" ({thinned} cases thinned evenly)" if thinned else "")
         + f"; every sample of every case is in samples.jsonl. {UNSTABLE_MARK} after a variant: an unstable "

@@ -432,15 +432,16 @@ def _speedup_caption(variant: str, part: pd.DataFrame) -> str:
     paired = int(methods.eq("paired").sum())
     how = (
         f"{paired} of {len(part)} rows paired: {variant} and full_softmax were sampled in turn, the speedup "
-        "is the median of the per-round ratios and the second line of a cell its p20-p80 band; the other "
-        "rows: the ratio of the two medians"
+        "is the median of the per-round ratios and the second line of a cell its p20-p80 band"
         if paired
         else "every speedup is the ratio of full_softmax's median to the variant's (no paired rounds)"
     )
+    if 0 < paired < len(part):
+        how += "; the other rows (no band): the ratio of the two medians"
     return (
         f"Cells: full_softmax's time over {variant}'s for the same device (and run), path, dtype and "
-        f"shape, the median over logits distributions; {how}. {UNSTABLE_MARK}: some sample behind the cell "
-        "is unstable. Blue: faster than full_softmax; red: slower; the colour scale is logarithmic and "
+        f"shape, the median over logits distributions; {how}. {UNSTABLE_MARK}: a case behind the cell is "
+        "unstable. Blue: faster than full_softmax; red: slower; the colour scale is logarithmic and "
         "centred at 1×."
     )
 
