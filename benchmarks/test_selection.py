@@ -15,9 +15,9 @@ name the files to `perfsuite compare` once a name was saved twice); `--benchmark
 counter and the commit instead of a name; `--benchmark-json FILE` writes one file anywhere, which
 `perfsuite report` and `compare` read too. Keep `--benchmark-storage` under the working directory:
 pytest-benchmark 5.x crashes comparing with a storage outside it when the two runs' machine_info differ
-(its issue 217; the load average is left out of that check, the threads and device are not). `--benchmark-group-by=param:dtype`
-(or `param:variant`, `param:path`, ...) groups the table by a case parameter; `--scenario-threads N`
-overrides the scenario's `[timing] threads`.
+(its issue 217; the load average is left out of that check, the threads and device are not).
+`--benchmark-group-by=param:dtype` (or `param:variant`, `param:path`, ...) groups the table by a case
+parameter; `--scenario-threads N` overrides the scenario's `[timing] threads`.
 
 The recorded durations are device time (events or graph replay) on a GPU, host time on a CPU. Every
 result column (bytes, bandwidth, parity, threads, run and settings, how busy the machine was) lands in the

@@ -2,13 +2,24 @@
 
 Matching: two rows are the same case when `schema.CASE_KEYS` (variant, path, dtype, vocab, batch, topk,
 logits, l2, tp) and the device name are equal (`ignore_device` drops the device, to compare two machines).
-Noise rule: a case is slower when new median / base median exceeds 1 + threshold AND, where both rows carry
-p20/p80, the new p20 is above the base p80 (the middle 60 % of the two runs' samples do not overlap);
-faster mirrors it. A ratio past the threshold whose spreads overlap is `noisy`, not a regression.
+A side holding one case several times keeps its last row (`duplicates` counts the others).
+
+Noise rule, for a case timed in both runs, with ratio = new median / base median:
+- within the threshold (1 / (1 + threshold) <= ratio <= 1 + threshold): `same`;
+- past it, and the base or the new row is `unstable` (p20-p80 spread above `timing.UNSTABLE_SPREAD` of its
+  median; derived from p20/p80 where a file has no `unstable` column): `noisy`, never slower nor faster;
+- past it, both runs' raw samples at hand (`samples.jsonl` beside the results) and enough of them for the
+  test to reach `rank_test.ALPHA`: `slower` (`faster`) when the two-sided Mann-Whitney U test gives
+  p < ALPHA and the new samples rank above (below) the base ones, else `noisy`;
+- past it, without usable samples but with p20/p80 on both rows: `slower` when the new p20 is above the
+  base p80 (the middle 60 % of the two runs' samples do not overlap), `faster` mirrored, else `noisy`;
+- past it, without samples nor p20/p80: the medians alone decide.
+`drift_line` states the median ratio over every timed case: a whole run slower than the other points at
+the machine (load, clocks), and is said, never subtracted from the verdicts.
 Parity: a verdict that got worse (pass < inexact < fail) is a regression whatever the time, and so is a case
 that ran in the base and errors in the new run. Inputs: anything `report.load_results` reads (the suite's
-csv/json/jsonl, pytest-benchmark JSON whose entries carry a result row), or a plain pytest-benchmark JSON
-(matched by benchmark name; its quartiles stand in for p20/p80).
+csv/json/jsonl, a run folder, pytest-benchmark JSON whose entries carry a result row), or a plain
+pytest-benchmark JSON (matched by benchmark name; its quartiles stand in for p20/p80).
 """
 
 from __future__ import annotations
@@ -19,17 +30,28 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from perfsuite.rank_test import ALPHA, mann_whitney_u, smallest_p_value
 from perfsuite.report.load import load_results
+from perfsuite.results import ResultsLog
 from perfsuite.schema import CASE_KEYS
+from perfsuite.timing import UNSTABLE_SPREAD
 
 KEYS = (*CASE_KEYS, "device")
 VERDICT_RANK = {"pass": 0, "inexact": 1, "fail": 2}
 FAILING = ("slower", "parity worse", "broken")
 """Outcomes that make `perfsuite compare` exit 1."""
 ORDER = ("broken", "parity worse", "slower", "noisy", "skipped now", "faster", "same", "not timed")
-NUMBERS = ("median_us", "p20_us", "p80_us", "bytes_model", "bytes_measured")
+NUMBERS = ("median_us", "p20_us", "p80_us", "bytes_model", "bytes_measured", "spread", "other_cores")
+TEXTS = (*KEYS, "status", "verdict", "case_id", "reason", "run")
+SAMPLES_FILE = "samples.jsonl"
+"""A run's raw samples, beside its results (`run_dir.LOGS`): {"case_id", "run", "seconds": [...]} a line."""
+SECONDS = "seconds"
+"""The column `load_side` puts a case's raw samples in (a tuple of seconds; None without)."""
+RULES = ("unstable", "rank test", "p20/p80 band", "medians")
+"""What decided a timed case's outcome (the `rule` column), in the order they are tried."""
 
 
 def parse_threshold(text: str) -> float:
@@ -73,7 +95,9 @@ def _plain_benchmark(path: Path) -> pd.DataFrame | None:
 
 
 def load_side(path: str | Path) -> pd.DataFrame:
-    """One side of a comparison; `ValueError` (message starts with the file) when it cannot be read."""
+    """One side of a comparison, with each case's raw samples (`SECONDS` column) where `samples.jsonl`
+    lies beside the results (or inside the run folder); `ValueError` (message starts with the file) when
+    it cannot be read."""
     path = Path(path)
     try:
         frame = load_results(path)
@@ -82,20 +106,84 @@ def load_side(path: str | Path) -> pd.DataFrame:
         if plain is None:
             raise
         frame = plain
-    return _normalized(frame)
+    folder = path if path.is_dir() else path.parent
+    samples = read_samples(folder / SAMPLES_FILE) if (folder / SAMPLES_FILE).is_file() else {}
+    return with_samples(_normalized(frame), samples)
+
+
+def read_samples(path: Path) -> dict[tuple[str, str], tuple[float, ...]]:
+    """(case_id, run label) -> the case's seconds, from a samples log; a torn last line, an entry without a
+    case or with a sample that is not a finite number is left out; the last entry of a case and run wins."""
+    out: dict[tuple[str, str], tuple[float, ...]] = {}
+    for entry in ResultsLog(path).read():
+        seconds = entry.get("seconds")
+        case_id = entry.get("case_id")
+        if not isinstance(case_id, str) or not case_id or not isinstance(seconds, list) or not seconds:
+            continue
+        if not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in seconds
+        ):
+            continue
+        out[(case_id, _run_text(entry.get("run")))] = tuple(float(v) for v in seconds)
+    return out
+
+
+def with_samples(frame: pd.DataFrame, samples: dict[tuple[str, str], tuple[float, ...]]) -> pd.DataFrame:
+    """`frame` with each row's raw samples in `SECONDS`: those logged for its case_id and its run label
+    (no label: those logged without one), so two runs' samples of one case never mix."""
+    frame = frame.copy()
+    frame[SECONDS] = [
+        samples.get((case_id, _run_text(run))) if isinstance(case_id, str) else None
+        for case_id, run in zip(frame["case_id"], frame["run"], strict=True)
+    ]
+    return frame
+
+
+def _run_text(value: object) -> str:
+    text = _key_text(value)
+    return "" if text == "-" else text
 
 
 def _normalized(frame: pd.DataFrame) -> pd.DataFrame:
-    """Every column the comparison reads present; the numeric ones as float64 (NaN for missing)."""
+    """Every column the comparison reads present; the numeric ones as float64 (NaN for missing); `spread`
+    from p20/p80 and `unstable` from the spread where a row does not say; `SECONDS` None where absent."""
     frame = frame.copy()
-    for column in (*NUMBERS, *KEYS, "status", "verdict", "case_id", "reason"):
+    for column in (*NUMBERS, *TEXTS, "unstable"):
         if column not in frame:
             frame[column] = math.nan
     for column in NUMBERS:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
-    for column in (*KEYS, "status", "verdict", "case_id", "reason"):
+    for column in TEXTS:
         frame[column] = frame[column].astype(object).where(frame[column].notna(), math.nan)
+    derived = (frame["p80_us"] - frame["p20_us"]) / frame["median_us"].where(frame["median_us"] > 0)
+    frame["spread"] = frame["spread"].fillna(derived)
+    said = frame["unstable"].map(_flag).astype(object)
+    frame["unstable"] = [
+        flag if flag is not None else bool(spread > UNSTABLE_SPREAD)
+        for flag, spread in zip(said, frame["spread"], strict=True)
+    ]
+    if SECONDS not in frame:
+        frame[SECONDS] = None
+    frame[SECONDS] = [_samples_or_none(v) for v in frame[SECONDS]]
     return frame
+
+
+def _flag(value: object) -> bool | None:
+    """True/False from a bool or its text ('True', 'false', '1', '0.0'); None when missing or unclear."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "1", "1.0", "yes"):
+        return True
+    if text in ("false", "0", "0.0", "no"):
+        return False
+    return None
+
+
+def _samples_or_none(value: object) -> tuple[float, ...] | None:
+    if isinstance(value, (tuple, list, np.ndarray)) and len(value):
+        return tuple(float(v) for v in value)
+    return None
 
 
 def _key_text(value: object) -> str:
@@ -135,6 +223,20 @@ class Comparison:
         counts = self.table["outcome"].value_counts()
         return {o: int(counts[o]) for o in ORDER if o in counts}
 
+    @property
+    def timed(self) -> pd.DataFrame:
+        """The cases timed in both runs (both ok, a finite positive ratio)."""
+        table = self.table
+        ok = (table["base_status"] == "ok") & (table["new_status"] == "ok")
+        return table[ok & np.isfinite(table["ratio"]) & (table["ratio"] > 0)]
+
+    @property
+    def drift(self) -> float:
+        """The median new / base ratio over every case timed in both runs (NaN: none): near 1 when the
+        machine behaved the same in both runs, whatever a few cases did."""
+        ratios = self.timed["ratio"]
+        return float(ratios.median()) if len(ratios) else math.nan
+
 
 def _outcome(row: pd.Series, threshold: float) -> str:
     base_ok, new_ok = row["base_status"] == "ok", row["new_status"] == "ok"
@@ -149,12 +251,46 @@ def _outcome(row: pd.Series, threshold: float) -> str:
     ratio = row["ratio"]
     if not (base_ok and new_ok) or math.isnan(ratio):
         return "not timed"
-    spread = not (math.isnan(row["band_low"]) or math.isnan(row["band_high"]))
-    if ratio > 1 + threshold:
-        return "slower" if not spread or row["band_low"] > 1 else "noisy"
-    if ratio < 1 / (1 + threshold):
-        return "faster" if not spread or row["band_high"] < 1 else "noisy"
-    return "same"
+    if 1 / (1 + threshold) <= ratio <= 1 + threshold:
+        return "same"
+    slower = ratio > 1 + threshold
+    rule = row["rule"]
+    if rule == "rank test":
+        confirmed = row["p_value"] < ALPHA and (row["new_larger"] > 0.5) == slower
+    elif rule == "p20/p80 band":
+        confirmed = row["band_low"] > 1 if slower else row["band_high"] < 1
+    else:  # "unstable" is never confirmed; "medians": nothing else to go by
+        confirmed = rule == "medians"
+    if not confirmed:
+        return "noisy"
+    return "slower" if slower else "faster"
+
+
+def _rule(row: pd.Series) -> str:
+    """Which part of the noise rule judges a case (see the module docstring): one of `RULES`."""
+    if _flag(row["base_unstable"]) or _flag(row["new_unstable"]):
+        return "unstable"
+    n_base, n_new = row["base_raw_samples"], row["new_raw_samples"]
+    if n_base > 0 and n_new > 0 and smallest_p_value(int(n_base), int(n_new)) < ALPHA:
+        return "rank test"
+    if not (math.isnan(row["band_low"]) or math.isnan(row["band_high"])):
+        return "p20/p80 band"
+    return "medians"
+
+
+def _rank_tests(table: pd.DataFrame) -> pd.DataFrame:
+    """p_value and new_larger (`rank_test.RankTest`) where both rows carry raw samples, else NaN; and the
+    sample counts behind them."""
+    out = pd.DataFrame(
+        math.nan, index=table.index, columns=["p_value", "new_larger", "base_raw_samples", "new_raw_samples"]
+    )
+    for i, base, new in zip(table.index, table[f"base_{SECONDS}"], table[f"new_{SECONDS}"], strict=True):
+        out.loc[i, "base_raw_samples"] = len(base) if base else math.nan
+        out.loc[i, "new_raw_samples"] = len(new) if new else math.nan
+        if base and new:
+            test = mann_whitney_u(base, new)
+            out.loc[i, ["p_value", "new_larger"]] = [test.p_value, test.new_larger]
+    return out
 
 
 def compare(
@@ -165,12 +301,13 @@ def compare(
     ignore_device: bool = False,
     names: tuple[str, str] = ("base", "new"),
 ) -> Comparison:
-    """Match the cases of two results frames and classify each: see the module docstring for the rules."""
+    """Match the cases of two results frames and classify each: see the module docstring for the rules.
+    Raw samples come in a `SECONDS` column (as `load_side` adds it); without it, no rank test."""
     keys = [k for k in KEYS if not (ignore_device and k == "device")]
     base_k, base_dups = _keyed(_normalized(base), keys)
     new_k, new_dups = _keyed(_normalized(new), keys)
     key_columns = [f"k_{k}" for k in keys]
-    kept = ["case_id", *keys, "status", "verdict", "reason", *NUMBERS]
+    kept = ["case_id", *keys, "status", "verdict", "reason", "run", "unstable", SECONDS, *NUMBERS]
     left = base_k[[*key_columns, *kept]].rename(columns={c: f"base_{c}" for c in kept})
     right = new_k[[*key_columns, *(c for c in kept if c not in keys)]].rename(
         columns={c: f"new_{c}" for c in kept}
@@ -187,6 +324,10 @@ def compare(
     table["band_high"] = table["new_p80_us"] / table["base_p20_us"]
     table["bytes_measured_ratio"] = table["new_bytes_measured"] / table["base_bytes_measured"]
     table["bytes_model_ratio"] = table["new_bytes_model"] / table["base_bytes_model"]
+    table = pd.concat([table, _rank_tests(table)], axis=1)
+    table = table.drop(columns=[f"base_{SECONDS}", f"new_{SECONDS}"])
+    records = [r for _, r in table.iterrows()]
+    table["rule"] = [_rule(r) if not math.isnan(r["ratio"]) else "" for r in records]
     table["outcome"] = [_outcome(r, threshold) for _, r in table.iterrows()] if len(table) else []
     rank = {o: i for i, o in enumerate(ORDER)}
     table = table.sort_values(
@@ -226,6 +367,14 @@ def bytes_ratio(row: pd.Series) -> str:
     return ""
 
 
+def rule_text(threshold: float) -> str:
+    """The noise rule in one clause, for the summary line."""
+    return (
+        f"rule: slower/faster past {100 * threshold:.3g} % when the rank test on raw samples gives "
+        f"p < {ALPHA:g} (without samples: new p20 above base p80); unstable cases are noisy"
+    )
+
+
 def summary_line(comparison: Comparison) -> str:
     counts = ", ".join(f"{n} {o}" for o, n in comparison.counts().items()) or "nothing to compare"
     extra = []
@@ -236,8 +385,63 @@ def summary_line(comparison: Comparison) -> str:
     if comparison.duplicates:
         extra.append(f"{comparison.duplicates} duplicate rows (the last kept)")
     more = f" ({'; '.join(extra)})" if extra else ""
-    rule = f"threshold {100 * comparison.threshold:.3g} %, new p20 above base p80"
-    return f"{len(comparison.table)} cases matched{more}: {counts}; {rule}"
+    return f"{len(comparison.table)} cases matched{more}: {counts}; {rule_text(comparison.threshold)}"
+
+
+def drift_line(comparison: Comparison) -> str:
+    """The machine-wide picture: the median new / base ratio over every timed case, how many rows are
+    unstable on each side and how busy other processes kept the machine. A median past the threshold is
+    said, not subtracted: every case keeps its own verdict."""
+    timed = comparison.timed
+    if timed.empty:
+        return "all cases: none timed in both runs"
+    ratios = timed["ratio"]
+    parts = [
+        f"all {len(timed)} timed cases: new/base median {_ratio_text(comparison.drift)} "
+        f"(p20 {_ratio_text(ratios.quantile(0.2))}, p80 {_ratio_text(ratios.quantile(0.8))})"
+    ]
+    unstable = [int(timed[f"{side}_unstable"].map(_flag).eq(True).sum()) for side in ("base", "new")]
+    if any(unstable):
+        parts.append(
+            f"unstable rows: {unstable[0]} in {comparison.base_name}, {unstable[1]} in {comparison.new_name}"
+        )
+    busy = [timed[f"{side}_other_cores"].median() for side in ("base", "new")]
+    if not all(math.isnan(b) for b in busy):
+        shown = ["?" if math.isnan(b) else f"{b:.1f}" for b in busy]
+        parts.append(f"other processes kept {shown[0]} → {shown[1]} cores busy (median over cases)")
+    line = "; ".join(parts)
+    limit = 1 + comparison.threshold
+    if comparison.drift > limit or comparison.drift < 1 / limit:
+        line += (
+            "; most cases moved together: suspect the machine (load, clocks, other jobs) as much as the "
+            "code, and rerun both on a quiet machine"
+        )
+    return line
+
+
+def p_text(value: float) -> str:
+    """A p-value in a few characters: '0.034', '2e-09'; blank when missing."""
+    if value is None or math.isnan(value):
+        return ""
+    return f"{value:.2g}" if value >= 1e-3 else f"{value:.0e}"
+
+
+def spread_text(spread: float, unstable: object) -> str:
+    """A row's p20-p80 spread as a percent of its median, '!' after an unstable one; blank when unknown."""
+    text = "" if spread is None or math.isnan(spread) else f"{100 * spread:.0f}%"
+    return f"{text}!" if _flag(unstable) else text
+
+
+def unstable_sides(row: pd.Series) -> list[str]:
+    """'base', 'new', both or neither: the sides whose row is unstable."""
+    return [side for side in ("base", "new") if _flag(row[f"{side}_unstable"])]
+
+
+def spreads(row: pd.Series) -> str:
+    """'2%→40%!': the base and new spreads ('!': unstable)."""
+    base = spread_text(row["base_spread"], row["base_unstable"])
+    new = spread_text(row["new_spread"], row["new_unstable"])
+    return f"{base}→{new}" if base or new else ""
 
 
 def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
@@ -247,17 +451,19 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
     shown = pd.concat([failures, table[~table["outcome"].isin(FAILING)].head(limit)])
     shown = shown.head(max(limit, len(failures)))
     if shown.empty:
-        return summary_line(comparison)
+        return f"{summary_line(comparison)}\n{drift_line(comparison)}"
     out = pd.DataFrame(
         {
             "case": shown["case"].map(lambda s: s if len(s) <= width else "…" + s[-(width - 1) :]),
             "base us": shown["base_median_us"].map(lambda v: f"{v:.4g}"),
             "new us": shown["new_median_us"].map(lambda v: f"{v:.4g}"),
             "ratio": shown["ratio"].map(_ratio_text),
+            "p": shown["p_value"].map(p_text),
             "p20/p80 band": [
                 f"{_ratio_text(lo)}-{_ratio_text(hi)}"
                 for lo, hi in zip(shown["band_low"], shown["band_high"], strict=True)
             ],
+            "spread": [spreads(r) for _, r in shown.iterrows()],
             "parity": [
                 verdicts(b, n) for b, n in zip(shown["base_verdict"], shown["new_verdict"], strict=True)
             ],
@@ -268,4 +474,12 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
     out = out.replace({"nan": "", "-": ""})
     left_out = len(table) - len(shown)
     tail = f"\n… {left_out} more timed cases (see --out / --csv)" if left_out > 0 else ""
-    return f"{out.to_string(index=False)}{tail}\n{summary_line(comparison)}"
+    legend = ""
+    if out["spread"].str.contains("!").any():
+        legend = (
+            f"\n! unstable: p20-p80 spread above {100 * UNSTABLE_SPREAD:.0f} % of the median "
+            "(noisy, never slower or faster)"
+        )
+    if out["p"].ne("").any():
+        legend += "\np: two-sided Mann-Whitney U test on the two runs' raw samples"
+    return f"{out.to_string(index=False)}{tail}{legend}\n{summary_line(comparison)}\n{drift_line(comparison)}"

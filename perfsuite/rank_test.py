@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -116,6 +117,7 @@ def _exact_p(ranks: np.ndarray, n1: int, u_new: float) -> float:
     return float(2 * min(lower, upper))
 
 
+@cache
 def smallest_p_value(n_base: int, n_new: int) -> float:
     """The smallest p-value the test can give for these sample counts (every new sample beyond every base
     one): at or above `ALPHA`, the test cannot confirm anything (e.g. 4 samples a side) and `compare`

@@ -328,3 +328,233 @@ def test_report_fills_speedups_and_survives_nan_columns(frame: pd.DataFrame, tmp
 def test_report_empty_frame(tmp_path: Path) -> None:
     html = build_report(to_frame([]), tmp_path / "empty.html").read_text(encoding="utf-8")
     assert "No result rows: nothing to plot" in html and "not drawn (" not in html
+
+
+# ------------------------------------------------------------------------- winners, runs, noise, samples
+
+ACCURACY = {"full_softmax": "rounded", "argmax_ones": "inexact", "identity": "exact", "triton_auto": "exact"}
+
+
+def case_rows(
+    times: dict[str, float], *, run: str | None = "r1", device: str = "box", vocabs=(32000,), **extra
+) -> list[dict[str, object]]:
+    """One eager bfloat16 B=1 k=1 case per vocab and variant: `times[variant]` us (x the vocab's index + 1),
+    p20/p80 5 % either side; `extra` columns on every row (a dict value: per variant)."""
+    rows = []
+    for i, vocab in enumerate(vocabs):
+        for variant, us in times.items():
+            median = us * (i + 1)
+            row = {
+                "case_id": f"{variant}/eager/bfloat16/V{vocab}/B1/k1/gaussian",
+                "variant": variant, "accuracy": ACCURACY[variant], "path": "eager", "backend": "cpu",
+                "device": device, "dtype": "bfloat16", "vocab": vocab, "batch": 1, "topk": 1,
+                "logits": "gaussian", "l2": "cold", "status": "ok", "median_us": median,
+                "p20_us": 0.95 * median, "p80_us": 1.05 * median, "samples": 50, "spread": 0.1,
+                "unstable": False, "timing": "host perf_counter", "run": run,
+            }  # fmt: skip
+            row.update(
+                {k: v.get(variant, row.get(k)) if isinstance(v, dict) else v for k, v in extra.items()}
+            )
+            rows.append(row)
+    return rows
+
+
+def section_of(page: str, section_id: str) -> str:
+    start = page.index(f'<section id="{section_id}">')
+    return page[start : page.index("</section>", start)]
+
+
+def figure_of(page: str, name: str) -> str:
+    """One figure's div, script and caption."""
+    start = page.index(f'<div class="figure" id="figure-{name}">')
+    ends = [page.find(end, start + 1) for end in ('<div class="figure"', "</section>")]
+    return page[start : min(e for e in ends if e > 0)]
+
+
+def in_json(text: str) -> str:
+    """`text` as plotly writes it inside a figure's JSON (non-ASCII and <, > escaped)."""
+    from plotly.io.json import to_json_plotly
+
+    return to_json_plotly(text)[1:-1]
+
+
+def test_summary_names_the_fastest_variant_whatever_its_accuracy(tmp_path: Path) -> None:
+    """full_softmax wins: the summary says so; identity is only the fastest *exact* variant, 7x slower."""
+    rows = case_rows({"full_softmax": 100.0, "argmax_ones": 150.0, "identity": 700.0}, vocabs=(32000, 151936))
+    page = build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8")
+    summary = section_of(page, "summary")
+    assert "box · bfloat16: fastest variant: full_softmax (rounded) in 2 of 2 cells." in summary
+    assert "Fastest exact variant: identity in 2 of 2 cells, median 0.14× against full_softmax" in summary
+    assert "slower than full_softmax" in summary
+    assert "the fastest variant of any accuracy in 0 of 2 cells" in summary
+    assert "identity is the fastest" not in page and "is the fastest exact variant" not in page
+    assert "<th>V=32000: fastest (any accuracy)</th><th>V=32000: fastest exact</th>" in summary
+    assert ">full_softmax (rounded)</td>" in summary and ">identity 0.14×</td>" in summary
+
+
+def test_summary_when_an_exact_variant_wins_everything(tmp_path: Path) -> None:
+    rows = case_rows({"full_softmax": 100.0, "argmax_ones": 60.0, "identity": 50.0})
+    summary = section_of(
+        build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8"), "summary"
+    )
+    assert "fastest variant: identity (exact) in 1 of 1 cells" in summary
+    assert "it is also the fastest variant of any accuracy in every cell" in summary
+    assert "faster than full_softmax" in summary
+
+
+def test_unstable_cases_are_marked_in_tables_and_plots(tmp_path: Path) -> None:
+    rows = case_rows(
+        {"full_softmax": 100.0, "argmax_ones": 150.0, "identity": 700.0},
+        unstable={"identity": True}, spread={"identity": 0.6},
+    )  # fmt: skip
+    page = build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8")
+    summary = section_of(page, "summary")
+    assert ">identity 0.14× ⚠</td>" in summary and ">full_softmax (rounded)</td>" in summary
+    assert "unstable in 1 of 1 logits distributions" in summary  # the cell's tooltip
+    results = section_of(page, "results")
+    assert results.count('class="differs"') == 1 and "True ⚠" in results and "<th>spread</th>" in results
+    assert '"circle-open"' in figure_of(page, "latency-0")  # the unstable point: an open ring
+    banner = page[page.index('id="warnings"') : page.index("<nav>")]
+    assert "1 of 3 measured cases are unstable" in banner
+
+
+def test_a_stable_run_on_an_idle_machine_has_no_warnings(tmp_path: Path) -> None:
+    rows = case_rows({"full_softmax": 100.0, "identity": 50.0}, other_cores=0.1)
+    page = build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8")
+    assert 'id="warnings"' not in page and "⚠ " not in section_of(page, "summary")
+
+
+def test_shared_machine_warning_from_the_rows(tmp_path: Path) -> None:
+    """`perfsuite report DIR/results.csv` without run.json: the rows' other_cores say it was shared."""
+    from perfsuite.machine import SHARED_CORES
+
+    busy = {"full_softmax": SHARED_CORES + 1.0, "identity": SHARED_CORES + 0.5, "argmax_ones": 0.0}
+    rows = case_rows({"full_softmax": 100.0, "identity": 50.0, "argmax_ones": 40.0}, other_cores=busy)
+    write_tables(to_frame(rows), tmp_path)
+    frame = load_many([tmp_path / "results.csv"])
+    page = build_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    banner = page[page.index('<div class="banner" id="warnings"') : page.index("<nav>")]
+    assert page.index('id="warnings"') < page.index("<section")  # above everything else
+    assert (
+        f"shared machine: 2 of 3 cases were measured while other processes kept more than {SHARED_CORES:g}"
+        in banner
+    )
+    assert "up to 1.5" in banner
+    notes = ["the machine was shared: other processes kept <2.0> of 2 cores busy"]
+    page = build_report(frame, tmp_path / "n.html", notes=notes).read_text(encoding="utf-8")
+    banner = page[page.index('id="warnings"') : page.index("<nav>")]
+    assert "&lt;2.0&gt; of 2 cores" in banner and "shared machine: 2 of 3" in banner  # notes first, escaped
+    assert banner.index("&lt;2.0&gt;") < banner.index("shared machine: 2 of 3")
+
+
+def test_two_runs_of_one_device_stay_apart(tmp_path: Path) -> None:
+    """Two runs on one device reported together: two medians, two speedups, two runs named, never pooled."""
+    first = case_rows({"full_softmax": 100.0, "identity": 50.0}, run="20261130-101010-vm")
+    second = case_rows({"full_softmax": 300.0, "identity": 100.0}, run="20261201-090909-vm")
+    paths = []
+    for name, rows in (("a", first), ("b", second)):
+        frame = to_frame(rows).drop(columns=["speedup_vs_full"])  # filled by the report, within each run
+        paths.append(write_tables(frame, tmp_path / name)[0])
+    frame = load_many(paths)
+    page = build_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    summary = section_of(page, "summary")
+    assert "box · 20261130-101010-vm · bfloat16: fastest variant: identity (exact)" in summary
+    assert "box · 20261201-090909-vm · bfloat16: fastest variant: identity (exact)" in summary
+    assert ">identity 2.00×</td>" in summary and ">identity 3.00×</td>" in summary  # pooled: 2.67×
+    assert 'title="identity: 50 µs' in summary and 'title="identity: 100 µs' in summary
+    assert "<th>device · run</th>" in summary
+    assert "2 runs kept apart: box · 20261130-101010-vm, box · 20261201-090909-vm" in page
+    latency = figure_of(page, "latency-0")
+    for run in ("20261130-101010-vm", "20261201-090909-vm"):  # a line per run, the run in its style
+        assert in_json(f"identity · box · {run}") in latency
+
+
+def test_two_old_files_of_one_device_without_run_labels_stay_apart(tmp_path: Path) -> None:
+    paths = []
+    for name, us in (("monday.csv", 100.0), ("tuesday.csv", 200.0)):
+        frame = to_frame(case_rows({"full_softmax": us, "identity": us / 2}, run=None)).drop(columns=["run"])
+        frame.to_csv(tmp_path / name, index=False)
+        paths.append(tmp_path / name)
+    page = build_report(load_many(paths), tmp_path / "r.html").read_text(encoding="utf-8")
+    summary = section_of(page, "summary")
+    assert "box · monday.csv · bfloat16" in summary and "box · tuesday.csv · bfloat16" in summary
+    one = build_report(load_many(paths[:1]), tmp_path / "one.html").read_text(encoding="utf-8")
+    assert "box · bfloat16: fastest variant: identity (exact)" in section_of(one, "summary")
+    assert "runs kept apart" not in one
+
+
+def test_speedup_heatmap_shows_the_paired_band(tmp_path: Path) -> None:
+    rows = case_rows(
+        {"full_softmax": 100.0, "identity": 50.0},
+        speedup_vs_full={"full_softmax": 1.0, "identity": 1.9},
+        speedup_p20={"full_softmax": 1.0, "identity": 1.7},
+        speedup_p80={"full_softmax": 1.0, "identity": 2.2},
+        speedup_method="paired",
+    )  # fmt: skip
+    page = build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8")
+    heatmap = figure_of(page, "speedup-identity")
+    assert in_json("1.90×<br>1.70-2.20") in heatmap and in_json("(paired, p20-p80 1.70-2.20×)") in heatmap
+    assert "1 of 1 rows paired" in heatmap
+    tip = 'title="identity: 50 µs, 1.90× (paired, p20-p80 1.70-2.20×)"'
+    assert tip in section_of(page, "summary")
+    unpaired = build_report(
+        to_frame(case_rows({"full_softmax": 100.0, "identity": 50.0})), tmp_path / "u.html"
+    )
+    text = unpaired.read_text(encoding="utf-8")
+    assert "ratio of full_softmax&#39;s median to the variant&#39;s" in text and "(ratio of medians)" in text
+
+
+def write_samples(folder: Path, rows: list[dict[str, object]], count: int = 40) -> None:
+    """samples.jsonl as a run writes it: `count` samples (seconds) around each row's median."""
+    log = ResultsLog(folder / "samples.jsonl")
+    rng = random.Random(1)
+    for row in rows:
+        seconds = [row["median_us"] * 1e-6 * (0.9 + 0.2 * rng.random()) for _ in range(count)]
+        log.append({"case_id": row["case_id"], "run": row["run"], "seconds": seconds})
+
+
+def test_load_samples_and_notes_beside_the_results(tmp_path: Path) -> None:
+    from perfsuite.report.load import load_samples, run_notes
+
+    rows = case_rows({"full_softmax": 100.0, "identity": 50.0})
+    write_tables(to_frame(rows), tmp_path)
+    assert load_samples(tmp_path / "results.csv") is None and run_notes(tmp_path) == []
+    write_samples(tmp_path, rows, count=5)
+    with (tmp_path / "samples.jsonl").open("a", encoding="utf-8") as f:
+        f.write('{"case_id": "torn", "seco')  # an interrupted write: skipped
+    (tmp_path / "run.json").write_text(json.dumps({"label": "r1", "notes": ["shared"]}), encoding="utf-8")
+    for where in (tmp_path / "results.csv", tmp_path, [tmp_path / "results.csv"]):
+        samples = load_samples(where)
+        assert samples is not None and list(samples.columns) == ["case_id", "run", "seconds"]
+        assert len(samples) == 2 and set(samples["run"]) == {"r1"} and len(samples["seconds"][0]) == 5
+    assert run_notes(tmp_path / "results.csv") == ["shared"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run.json").write_text(json.dumps({"label": "r2", "notes": ["torn line"]}), encoding="utf-8")
+    assert run_notes([tmp_path, other]) == ["run r1: shared", "run r2: torn line"]
+
+
+def test_distribution_figure_from_the_samples(tmp_path: Path) -> None:
+    from perfsuite.report import distributions
+    from perfsuite.report.load import load_samples
+
+    vocabs = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000)
+    rows = case_rows({"full_softmax": 100.0, "identity": 50.0}, vocabs=vocabs)
+    write_tables(to_frame(rows), tmp_path)
+    write_samples(tmp_path, rows)
+    log = ResultsLog(tmp_path / "samples.jsonl")  # one case with many samples: thinned
+    log.append({"case_id": rows[0]["case_id"], "run": "r1", "seconds": [1e-4] * 1000})
+    samples = load_samples(tmp_path / "results.csv")
+    page = build_report(load_many([tmp_path / "results.csv"]), tmp_path / "r.html", samples=samples)
+    text = page.read_text(encoding="utf-8")
+    figure = figure_of(text, "distributions")
+    assert f"for {distributions.MAX_SHAPES} of the 8 shapes with raw samples" in figure
+    assert "(1 cases thinned evenly)" in figure and "every panel: box · eager · bfloat16" in figure
+    assert '"type":"box"' in figure and "vocab=1000" in figure and "vocab=128000" in figure
+    assert figure.count('"type":"box"') == 2 * distributions.MAX_SHAPES
+    assert len(distributions.thin([1.0] * 1000)) == distributions.MAX_SAMPLES
+    assert distributions.thin([3.0, 1.0, 2.0]) == [3.0, 1.0, 2.0]  # few: all, in the order taken
+    without = build_report(load_many([tmp_path / "results.csv"]), tmp_path / "w.html").read_text(
+        encoding="utf-8"
+    )
+    assert 'id="fig-distributions"' not in without and "not given the raw samples" in without

@@ -16,8 +16,9 @@ import pytest
 from test_report import synthetic_rows
 
 from perfsuite import cli
-from perfsuite.report import plots_available
-from perfsuite.results import to_frame, write_tables
+from perfsuite.report import build_report, load_many, plots_available
+from perfsuite.report.load import load_samples
+from perfsuite.results import ResultsLog, to_frame, write_tables
 
 WITHOUT_PLOTLY = (
     "import runpy, sys; sys.modules['plotly'] = None; "  # `import plotly` now raises ModuleNotFoundError
@@ -165,6 +166,35 @@ def test_report_without_plotly_has_a_note_per_figure(pages: tuple[str, str]) -> 
     assert "tp = 2: all-gather then select vs merge partials: " + MISSING_FIGURE in offline
     assert "Time per draft cycle: " + MISSING_FIGURE in offline
     assert "not drawn (" not in offline  # no figure builder failed
+
+
+BUILD_WITHOUT_PLOTLY = (
+    "import sys; sys.modules['plotly'] = None; "
+    "from perfsuite.report import build_report, load_many; "
+    "from perfsuite.report.load import load_samples; "
+    "results = sys.argv[1]; "
+    "build_report(load_many([results]), sys.argv[2], samples=load_samples(results))"
+)
+
+
+def test_distribution_figure_becomes_a_note_without_plotly(tmp_path: Path) -> None:
+    rows = [r for r in synthetic_rows() if r["device"] == "NVIDIA H200"]
+    rows = [{**r, "run": "r1"} for r in rows]
+    write_tables(to_frame(rows), tmp_path)
+    log = ResultsLog(tmp_path / "samples.jsonl")
+    for row in rows:
+        if row["status"] == "ok":
+            log.append({"case_id": row["case_id"], "run": "r1", "seconds": [row["median_us"] * 1e-6] * 5})
+    offline, full = tmp_path / "offline.html", tmp_path / "full.html"
+    command = [sys.executable, "-c", BUILD_WITHOUT_PLOTLY, str(tmp_path / "results.csv"), str(offline)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = offline.read_text(encoding="utf-8")
+    assert f"distribution of the timed samples: {MISSING_FIGURE}" in page and "not drawn (" not in page
+    build_report(load_many([tmp_path / "results.csv"]), full, samples=load_samples(tmp_path / "results.csv"))
+    drawn = full.read_text(encoding="utf-8")
+    assert 'id="fig-distributions"' in drawn and "distribution of the timed samples: " not in drawn
+    assert tables(page) == tables(drawn)
 
 
 def test_compare_page_without_plotly(run_dir: Path, tmp_path: Path) -> None:

@@ -87,3 +87,113 @@ def test_the_tuned_table_beside_the_results_joins_the_summary(tmp_path, capsys):
     (tmp_path / "tuned.json").write_text("{}")
     assert summary.main([str(path)]) == 2  # a broken table is a one-line error
     assert "perfsuite summary:" in capsys.readouterr().err
+
+
+def with_columns(rows_: list[dict[str, object]], **columns: dict[str, object]) -> list[dict[str, object]]:
+    """The rows with extra columns set per variant (`columns[name][variant]`)."""
+    return [{**r, **{c: v[r["variant"]] for c, v in columns.items() if r["variant"] in v}} for r in rows_]
+
+
+def full_softmax_wins() -> pd.DataFrame:
+    """full_softmax 7x faster than identity, the only exact variant; argmax_ones in between."""
+    times = {"full_softmax": 100.0, "argmax_ones": 150.0, "identity": 700.0}
+    return to_frame(rows(1, 151936, times) + rows(64, 151936, {k: 10 * v for k, v in times.items()}))
+
+
+def test_the_fastest_variant_whatever_its_accuracy_beside_the_fastest_exact():
+    table = summary.case_table(full_softmax_wins())
+    assert list(table["fastest"]) == ["full_softmax", "full_softmax"]
+    assert list(table["fastest_accuracy"]) == ["rounded", "rounded"]
+    assert list(table["best_exact"]) == ["identity", "identity"]
+    assert abs(table["full/best"].iloc[0] - 100 / 700) < 1e-9  # ratio of medians: nothing paired
+
+
+def test_markdown_names_full_softmax_as_fastest_and_identity_only_as_fastest_exact():
+    text = summary.summary_markdown(full_softmax_wins())
+    assert "- GPU · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2 of 2." in text
+    assert (
+        "Fastest exact variant: identity in 2 of 2, median 0.14x against full_softmax (slower than it)"
+        in text
+    )
+    assert "fastest of any accuracy in 0 of 2" in text
+    assert (
+        "identity is the fastest" not in text
+        and "fastest (any accuracy): the fastest variant whatever" in text
+    )
+    header = next(line for line in text.splitlines() if line.startswith("| device |"))
+    assert "| fastest (any accuracy) |" in header and "| fastest exact |" in header
+    assert "| full_softmax (rounded) |" in text and "| identity |" in text
+
+
+def test_console_table_names_both_winners():
+    text = summary.console_table(full_softmax_wins())
+    lines = text.splitlines()
+    assert "fastest (any accuracy)" in lines[1] and "fastest exact" in lines[1]
+    assert "full_softmax (rounded)" in lines[2] and "identity" in lines[2] and "0.14x" in lines[2]
+    assert lines[-1].startswith(
+        "GPU · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2 of 2."
+    )
+
+
+def test_paired_speedups_and_their_band_win_over_the_ratio_of_medians():
+    paired = with_columns(
+        rows(1, 151936, {"full_softmax": 100.0, "identity": 50.0}),
+        speedup_vs_full={"full_softmax": 1.0, "identity": 1.8},
+        speedup_p20={"full_softmax": 1.0, "identity": 1.6},
+        speedup_p80={"full_softmax": 1.0, "identity": 2.1},
+        speedup_method={"full_softmax": "paired", "identity": "paired"},
+    )
+    frame = to_frame(paired)
+    row = summary.case_table(frame).iloc[0]
+    assert (row["full/best"], row["full/best p20"], row["full/best p80"]) == (1.8, 1.6, 2.1)  # not 100 / 50
+    assert "| 1.8 | 1.60-2.10 |" in summary.summary_markdown(frame)
+    assert "1.80x (1.60-2.10)" in summary.console_table(frame)
+
+
+def test_unstable_medians_are_marked():
+    frame = to_frame(
+        with_columns(rows(1, 151936, {"full_softmax": 60.0, "identity": 40.0}), unstable={"identity": True})
+    )
+    table = summary.case_table(frame)
+    assert table["unstable"].tolist() == [1]
+    text = summary.summary_markdown(frame)
+    assert "| 60 | 40 ⚠ |" in text  # full_softmax's median plain, identity's marked
+    assert "1 of 2 measured cases are unstable" in text and "## Warnings" in text
+    stable = summary.summary_markdown(to_frame(rows(1, 151936, {"full_softmax": 60.0, "identity": 40.0})))
+    assert "⚠ |" not in stable and "## Warnings" not in stable
+
+
+def test_shared_machine_warning_in_the_markdown():
+    from perfsuite.machine import SHARED_CORES
+
+    busy = {"full_softmax": SHARED_CORES + 1, "identity": SHARED_CORES + 1}
+    frame = to_frame(
+        with_columns(rows(1, 151936, {"full_softmax": 60.0, "identity": 40.0}), other_cores=busy)
+    )
+    assert "shared machine: 2 of 2 cases were measured while other processes" in summary.summary_markdown(
+        frame
+    )
+
+
+def test_two_runs_of_one_device_are_two_rows():
+    monday = with_columns(
+        rows(1, 151936, {"full_softmax": 60.0, "identity": 40.0}),
+        run={"full_softmax": "mon", "identity": "mon"},
+    )
+    tuesday = with_columns(
+        rows(1, 151936, {"full_softmax": 90.0, "identity": 30.0}),
+        run={"full_softmax": "tue", "identity": "tue"},
+    )
+    frame = to_frame(monday + tuesday)
+    table = summary.case_table(frame)
+    assert list(table["run"]) == ["mon", "tue"] and list(table["identity"]) == [40.0, 30.0]  # not pooled: 35
+    assert list(table["full/best"]) == [1.5, 3.0]
+    text = summary.summary_markdown(frame)
+    assert "| device | run | path |" in text
+    assert (
+        "- GPU · mon · bfloat16: fastest variant" in text
+        and "- GPU · tue · bfloat16: fastest variant" in text
+    )
+    assert "mon" in summary.console_table(frame) and "tue" in summary.console_table(frame)
+    one = summary.case_table(to_frame(monday))
+    assert "run" not in one  # one run: no run column

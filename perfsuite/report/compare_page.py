@@ -1,4 +1,5 @@
-"""The HTML page of `perfsuite compare`: the verdict, a plot of the per-case time ratios and the table.
+"""The HTML page of `perfsuite compare`: the verdict, the machine-wide drift, a plot of the per-case time
+ratios and the table (with each case's rank-test p-value and the two runs' spreads).
 
 plotly is imported only to draw the plot; without it the page keeps the verdict and the table.
 """
@@ -12,10 +13,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfsuite.compare import FAILING, Comparison, bytes_ratio, summary_line, verdicts
+from perfsuite.compare import (
+    FAILING,
+    Comparison,
+    bytes_ratio,
+    drift_line,
+    p_text,
+    spreads,
+    summary_line,
+    unstable_sides,
+    verdicts,
+)
+from perfsuite.rank_test import ALPHA
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import REPORT_LAYOUT, Block, Cell, Note, Section, Table, figure_block
 from perfsuite.report.page import render_page
+from perfsuite.timing import UNSTABLE_SPREAD
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -47,7 +60,9 @@ def _ratio_figure(comparison: Comparison) -> Block:
     title = f"new / base median time per case ({comparison.new_name} vs {comparison.base_name})"
     caption = (
         "Markers: median ratio; bars: new p20 / base p80 to new p80 / base p20 (where both runs report "
-        f"p20/p80). Dashed lines: the threshold, ±{100 * comparison.threshold:.3g} %. Above 1: slower."
+        f"p20/p80). Dashed lines: the threshold, ±{100 * comparison.threshold:.3g} %. Above 1: slower. "
+        "A marker past a dashed line is a regression only when its colour says slower: the rank test "
+        "or the band must confirm it, and unstable cases are noisy."
     )
     build = partial(_ratio_plot, table, comparison.threshold, title)
     return figure_block("compare-ratios", title, build, caption)
@@ -96,22 +111,62 @@ def _table(comparison: Comparison) -> Table:
     rows = []
     for _, rec in comparison.table.iterrows():
         parity_cls = "loss" if rec["outcome"] == "parity worse" else ""
+        spread = spreads(rec)
         rows.append(
             [
                 str(rec["case"]),
                 fmt.significant(rec["base_median_us"]),
                 fmt.significant(rec["new_median_us"]),
                 Cell(fmt.significant(rec["ratio"], 3), OUTCOME_CSS.get(rec["outcome"], "")),
+                Cell(p_text(rec["p_value"]), "", _p_title(rec)),
                 f"{fmt.significant(rec['band_low'], 3)} – {fmt.significant(rec['band_high'], 3)}".strip(" –"),
+                Cell(spread, "differs" if "!" in spread else "", _spread_title(rec)),
                 Cell(verdicts(rec["base_verdict"], rec["new_verdict"]), parity_cls),
                 bytes_ratio(rec),
                 Cell(
-                    str(rec["outcome"]), OUTCOME_CSS.get(rec["outcome"], ""), str(rec.get("new_reason", ""))
+                    str(rec["outcome"]),
+                    OUTCOME_CSS.get(rec["outcome"], ""),
+                    "; ".join(t for t in (_rule_title(rec), _text(rec.get("new_reason"))) if t),
                 ),
             ]
         )
-    columns = ["case", "base µs", "new µs", "ratio", "p20/p80 band", "parity", "bytes", "outcome"]
-    return Table(columns, rows, "Failing cases first, then by ratio.", css="compact")
+    columns = [
+        "case", "base µs", "new µs", "ratio", "p", "p20/p80 band", "spread", "parity", "bytes", "outcome",
+    ]  # fmt: skip
+    caption = (
+        "Failing cases first, then by ratio. p: two-sided Mann-Whitney U test on the two runs' raw samples "
+        f"(blank without them); spread: p20-p80 as a percent of the median, base → new, ! above "
+        f"{100 * UNSTABLE_SPREAD:.0f} % (unstable)."
+    )
+    return Table(columns, rows, caption, css="compact")
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _p_title(rec: pd.Series) -> str:
+    if np.isnan(rec["p_value"]):
+        return ""
+    share = 100 * rec["new_larger"]
+    return (
+        f"{rec['base_raw_samples']:.0f} base and {rec['new_raw_samples']:.0f} new samples; the new sample is "
+        f"the slower in {share:.0f} % of pairs"
+    )
+
+
+def _spread_title(rec: pd.Series) -> str:
+    unstable = unstable_sides(rec)
+    return f"unstable in {' and '.join(unstable)}: a change past the threshold is noisy" if unstable else ""
+
+
+def _rule_title(rec: pd.Series) -> str:
+    return {
+        "unstable": "unstable: a change past the threshold is noisy",
+        "rank test": f"decided by the rank test (p < {ALPHA:g} confirms)",
+        "p20/p80 band": "no raw samples: decided by the p20/p80 band",
+        "medians": "no samples nor p20/p80: decided by the medians",
+    }.get(str(rec.get("rule", "")), "")
 
 
 def build_compare_page(
@@ -126,10 +181,14 @@ def build_compare_page(
     summary = Section(
         "summary",
         "Verdict",
-        [Note(verdict), Note(summary_line(comparison))],
+        [Note(verdict), Note(summary_line(comparison)), Note(drift_line(comparison))],
         intro=f"{comparison.base_name} (base) against {comparison.new_name} (new). A case is slower when its "
-        f"median grew by more than {100 * comparison.threshold:.3g} % and its new p20 is above the base p80; "
-        "a parity verdict that got worse (pass < inexact < fail) or a case that now errors also fails.",
+        f"median grew by more than {100 * comparison.threshold:.3g} % and, where both runs left raw samples, "
+        f"a two-sided Mann-Whitney U test on them gives p < {ALPHA:g} (without samples: its new p20 is above "
+        f"the base p80); a case unstable in either run (p20-p80 spread above {100 * UNSTABLE_SPREAD:.0f} % "
+        "of its median) is noisy, never slower. A parity verdict that got worse (pass < inexact < fail) or "
+        "a case that now errors also fails. The median ratio over all cases tells whether the whole "
+        "machine was slower in one run; it is reported, not subtracted.",
     )
     sections = [
         summary,
