@@ -388,11 +388,16 @@ def parser() -> argparse.ArgumentParser:
         "compare",
         help="compare two results files case by case; exit 1 on a regression",
         description="Match the cases of BASE and NEW (variant, path, dtype, vocab, batch, topk, logits, l2 "
-        "and device) and compare their median times. A case regresses when new/base median > 1 + FAIL_ON "
-        "and, where both runs report p20/p80, the new p20 is above the base p80 (outside the noise); a "
-        "parity verdict that got worse (pass < inexact < fail) or a case that now errors also regresses. "
-        "Exit 1 on any regression, 0 otherwise, 2 on unreadable input or no case in common. "
-        "Inputs: results.csv/.json/.jsonl, a run folder or pytest-benchmark JSON.",
+        "and device) and compare their median times. A case whose new/base median is past 1 + FAIL_ON is "
+        "slower only when it is stable in both runs (an unstable case, p20-p80 spread above 25 %% of its "
+        "median, is noisy) and, where both runs left raw samples (samples.jsonl beside the results), a "
+        "two-sided Mann-Whitney U test on them gives p < 0.01; without samples, or too few for the test, its "
+        "new p20 must be above the base p80. Otherwise it is noisy; faster mirrors slower. A parity verdict "
+        "that got worse (pass < inexact < fail) or a case that now errors also regresses. The summary also "
+        "gives the median new/base ratio over all cases: a whole run slower than the other points at the "
+        "machine, and is reported, not subtracted. Exit 1 on any regression, 0 otherwise, 2 on unreadable "
+        "input or no case in common. Inputs: results.csv/.json/.jsonl, a run folder or pytest-benchmark JSON "
+        "(samples are read beside a run's files).",
     )
     s.add_argument("base", help="results of the reference run")
     s.add_argument("new", help="results of the run to judge")

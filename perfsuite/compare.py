@@ -157,7 +157,7 @@ def _normalized(frame: pd.DataFrame) -> pd.DataFrame:
         frame[column] = frame[column].astype(object).where(frame[column].notna(), math.nan)
     derived = (frame["p80_us"] - frame["p20_us"]) / frame["median_us"].where(frame["median_us"] > 0)
     frame["spread"] = frame["spread"].fillna(derived)
-    said = frame["unstable"].map(_flag).astype(object)
+    said = [_flag(v) for v in frame["unstable"]]
     frame["unstable"] = [
         flag if flag is not None else bool(spread > UNSTABLE_SPREAD)
         for flag, spread in zip(said, frame["spread"], strict=True)
@@ -205,7 +205,13 @@ def _keyed(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, int]:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Matched cases (a row each: base_* and new_* columns, ratios, an outcome) and what was left over."""
+    """Matched cases (a row each: base_* and new_* columns, ratios, an outcome) and what was left over.
+
+    Besides each side's figures (`base_spread`, `new_unstable`, `base_other_cores`, ...) a row holds:
+    `ratio` (new / base median), `band_low`/`band_high` (new p20 / base p80, new p80 / base p20),
+    `p_value` (the rank test, where both sides have raw samples), `new_larger` (the share of sample pairs
+    where the new one is slower), `base_raw_samples`/`new_raw_samples` (the counts behind the test),
+    `rule` (which of `RULES` judged the case) and `outcome` (one of `ORDER`)."""
 
     table: pd.DataFrame
     threshold: float
@@ -285,6 +291,7 @@ def _rank_tests(table: pd.DataFrame) -> pd.DataFrame:
         math.nan, index=table.index, columns=["p_value", "new_larger", "base_raw_samples", "new_raw_samples"]
     )
     for i, base, new in zip(table.index, table[f"base_{SECONDS}"], table[f"new_{SECONDS}"], strict=True):
+        base, new = _samples_or_none(base), _samples_or_none(new)
         out.loc[i, "base_raw_samples"] = len(base) if base else math.nan
         out.loc[i, "new_raw_samples"] = len(new) if new else math.nan
         if base and new:
@@ -402,9 +409,7 @@ def drift_line(comparison: Comparison) -> str:
     ]
     unstable = [int(timed[f"{side}_unstable"].map(_flag).eq(True).sum()) for side in ("base", "new")]
     if any(unstable):
-        parts.append(
-            f"unstable rows: {unstable[0]} in {comparison.base_name}, {unstable[1]} in {comparison.new_name}"
-        )
+        parts.append(f"unstable rows: {unstable[0]} base, {unstable[1]} new")
     busy = [timed[f"{side}_other_cores"].median() for side in ("base", "new")]
     if not all(math.isnan(b) for b in busy):
         shown = ["?" if math.isnan(b) else f"{b:.1f}" for b in busy]

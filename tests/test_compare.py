@@ -1,4 +1,5 @@
-"""`perfsuite compare`: matching, the noise rule, parity and status regressions, inputs, exit codes, page."""
+"""`perfsuite compare`: matching, the noise rule (unstable rows, the rank test on raw samples, the p20/p80
+band), parity and status regressions, inputs and their samples, the drift line, exit codes, page."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from perfsuite import cli
-from perfsuite.compare import compare, load_side, parse_threshold, text_table
+from perfsuite import cli, timing
+from perfsuite.compare import SECONDS, compare, drift_line, load_side, parse_threshold, text_table
+from perfsuite.rank_test import ALPHA, mann_whitney_u, smallest_p_value
 from perfsuite.results import ResultsLog, to_frame, write_tables
 
 CASE = {"path": "eager", "dtype": "bfloat16", "batch": 1, "topk": 1, "logits": "gaussian", "l2": "cold",
@@ -37,7 +40,7 @@ def row(variant: str, vocab: int, median: float, *, spread: float = 0.02, **extr
 def runs() -> tuple[list[dict], list[dict]]:
     base = [
         row("identity", 32000, 10.0),  # slower, clear of the noise
-        row("identity", 151936, 20.0, spread=0.2),  # slower by the medians, but the spreads overlap
+        row("identity", 151936, 20.0, spread=0.2),  # slower by the medians, but unstable (spread 40 %)
         row("triton_fused", 32000, 10.0),  # faster
         row("triton_fused", 151936, 10.0),  # parity pass -> fail
         row("triton_split", 151936, 10.0),  # ok -> error
@@ -183,3 +186,250 @@ def test_plain_pytest_benchmark_files_match_by_name(tmp_path, capsys):
     assert load_side(first)["timing"].iloc[0].startswith("pytest-benchmark (quartiles")
     assert cli.main(["compare", str(first), str(second)]) == 1
     assert f"{len(ok)} slower" in capsys.readouterr().out
+
+
+# --- unstable rows, raw samples and the rank test, the machine-wide drift ------------------------------
+
+
+def measured(variant: str, vocab: int, seconds: np.ndarray, run: str = "run-a", **extra: object) -> dict:
+    """A row as a run writes it: median, p20/p80, spread and unstable from `seconds` (as timing does)."""
+    samples = timing.Samples(tuple(float(s) for s in seconds), "host perf_counter")
+    return {
+        **row(variant, vocab, samples.median_us),
+        "p20_us": samples.p20_us,
+        "p80_us": samples.p80_us,
+        "samples": len(seconds),
+        "spread": samples.spread,
+        "unstable": samples.unstable,
+        "run": run,
+        "settings": "abc123def456",
+        **extra,
+    }
+
+
+def write_run(folder: Path, cases: list[tuple[dict, np.ndarray]]) -> Path:
+    """A run folder: results.csv and samples.jsonl (as the runner writes them); returns results.csv."""
+    csv_path = write_tables(to_frame([r for r, _ in cases]), folder)[0]
+    log = ResultsLog(folder / "samples.jsonl")
+    for r, seconds in cases:
+        log.append({"case_id": r["case_id"], "run": r["run"], "seconds": [float(s) for s in seconds]})
+    return csv_path
+
+
+def lognormal(seed: int, n: int = 25, median_s: float = 20e-6, sigma: float = 0.12) -> np.ndarray:
+    return np.random.default_rng(seed).lognormal(math.log(median_s), sigma, n)
+
+
+def same_distribution() -> tuple[np.ndarray, np.ndarray]:
+    """Two sets of 25 from one lognormal whose medians land 7.8 % apart by chance (seed 49)."""
+    rng = np.random.default_rng(49)
+    return rng.lognormal(math.log(20e-6), 0.12, 25), rng.lognormal(math.log(20e-6), 0.12, 25)
+
+
+def with_seconds(r: dict, seconds: np.ndarray) -> dict:
+    return {**r, SECONDS: tuple(seconds)}
+
+
+def test_an_unstable_case_past_the_threshold_is_noisy_never_slower():
+    base = [row("identity", 32000, 10.0), row("triton_fused", 32000, 10.0)]
+    new = [row("identity", 32000, 13.0, unstable=True), row("triton_fused", 32000, 7.0, unstable="True")]
+    result = compare(to_frame(base), to_frame(new), 0.05)
+    got = outcomes(result)
+    assert set(got.values()) == {"noisy"}  # the p20/p80 band alone would say slower and faster
+    assert set(result.table["rule"]) == {"unstable"} and result.failures.empty
+    a, b = lognormal(1), lognormal(2) * 2  # a clear 2x with samples: still noisy when a row is unstable
+    result = compare(
+        to_frame([with_seconds(measured("identity", 32000, a), a)]),
+        to_frame([with_seconds(measured("identity", 32000, b, unstable=True), b)]),
+    )
+    assert result.table["outcome"].tolist() == ["noisy"] and result.table["p_value"].iloc[0] < 1e-6
+    assert "40%!" in text_table(compare(to_frame(base), to_frame([row("identity", 32000, 13, spread=0.2)])))
+
+
+def test_an_unstable_flag_is_derived_from_p20_p80_where_a_file_has_none():
+    result = compare(
+        to_frame([row("identity", 32000, 10.0)]), to_frame([row("identity", 32000, 13, spread=0.2)])
+    )
+    (rec,) = result.table.to_dict("records")
+    assert rec["new_spread"] == pytest.approx(0.4) and rec["new_unstable"] and not rec["base_unstable"]
+    assert rec["outcome"] == "noisy"
+
+
+def test_samples_of_one_distribution_8_percent_apart_are_noisy_not_slower():
+    a, b = same_distribution()
+    base, new = measured("identity", 32000, a), measured("identity", 32000, b)
+    assert 1.07 < new["median_us"] / base["median_us"] < 1.09  # past a 5 % threshold by the medians
+    assert not base["unstable"] and not new["unstable"]  # so the rank test, not the unstable flag, decides
+    result = compare(to_frame([with_seconds(base, a)]), to_frame([with_seconds(new, b)]), 0.05)
+    (rec,) = result.table.to_dict("records")
+    assert rec["rule"] == "rank test" and rec["outcome"] == "noisy"
+    assert ALPHA < rec["p_value"] == pytest.approx(mann_whitney_u(a, b).p_value)
+    assert (rec["base_raw_samples"], rec["new_raw_samples"]) == (25, 25)
+
+
+def test_a_clear_2x_slowdown_with_samples_is_slower_with_a_tiny_p_value():
+    a, b = lognormal(3), lognormal(4) * 2
+    faster = lognormal(5) / 2
+    base = [with_seconds(measured("identity", 32000, a), a), with_seconds(measured("identity", 151936, a), a)]
+    new = [
+        with_seconds(measured("identity", 32000, b), b),
+        with_seconds(measured("identity", 151936, faster), faster),
+    ]
+    result = compare(to_frame(base), to_frame(new), 0.05)
+    slower = result.table[result.table["outcome"] == "slower"].iloc[0]
+    assert slower["case"].startswith("identity/eager/bfloat16/V32000/") and slower["rule"] == "rank test"
+    assert slower["p_value"] < 1e-8 and slower["new_larger"] == 1.0
+    assert outcomes(result)["identity/eager/bfloat16/V151936/B1/k1/gaussian"] == "faster"
+    text = text_table(result)
+    assert "p < 0.01" in text and "Mann-Whitney" in text and "e-" in text.split("slower")[0]
+
+
+def test_the_rank_test_needs_enough_samples_else_the_band_decides():
+    a, b = lognormal(6, n=4, sigma=0.05), lognormal(7, n=4, sigma=0.05) * 2  # 4 a side: p >= 2 / 70
+    assert smallest_p_value(4, 4) > ALPHA > smallest_p_value(5, 5)
+    result = compare(
+        to_frame([with_seconds(measured("identity", 32000, a), a)]),
+        to_frame([with_seconds(measured("identity", 32000, b), b)]),
+    )
+    (rec,) = result.table.to_dict("records")
+    assert rec["rule"] == "p20/p80 band" and rec["p_value"] > ALPHA and rec["outcome"] == "slower"
+
+
+def test_a_significant_rank_test_against_the_medians_direction_is_noisy():
+    a, b = lognormal(14), lognormal(15) * 1.5  # the samples say slower ...
+    b_row = with_seconds(row("identity", 32000, 10.0), a)
+    n_row = with_seconds(row("identity", 32000, 8.0), b)  # ... the rows' medians say faster
+    result = compare(to_frame([b_row]), to_frame([n_row]))
+    (rec,) = result.table.to_dict("records")
+    assert rec["p_value"] < ALPHA and rec["new_larger"] > 0.5 and rec["outcome"] == "noisy"
+
+
+SCIPY_SETS = [
+    (8, 8, 0.0, False),
+    (25, 25, 0.05, False),
+    (25, 25, 0.0, True),  # ties
+    (9, 40, 0.1, True),
+    (60, 13, 0.03, False),
+    (200, 180, 0.02, True),
+    (30, 30, 1.0, False),  # complete separation: p ~ 1e-11
+]
+
+
+@pytest.mark.parametrize(("n_base", "n_new", "shift", "ties"), SCIPY_SETS)
+def test_the_rank_test_agrees_with_scipy(n_base, n_new, shift, ties):
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(n_base * 1000 + n_new)
+    base, new = rng.lognormal(0, 0.1, n_base), rng.lognormal(shift, 0.1, n_new)
+    if ties:
+        base, new = np.round(base, 1), np.round(new, 1)
+        assert len(np.unique(np.concatenate([base, new]))) < n_base + n_new
+    ours = mann_whitney_u(base, new)
+    theirs = stats.mannwhitneyu(new, base, alternative="two-sided", method="asymptotic")
+    assert ours.method == "asymptotic"
+    assert ours.u_new == pytest.approx(theirs.statistic, rel=1e-12)
+    assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-6)
+
+
+@pytest.mark.parametrize(("n_base", "n_new"), [(3, 3), (5, 5), (4, 9), (7, 7), (7, 30), (12, 2)])
+def test_the_exact_rank_test_for_few_samples_agrees_with_scipy(n_base, n_new):
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(n_base * 100 + n_new)
+    base, new = rng.normal(0, 1, n_base), rng.normal(1, 1, n_new)
+    ours = mann_whitney_u(base, new)
+    assert ours.method == "exact"
+    exact = stats.mannwhitneyu(new, base, alternative="two-sided", method="exact")
+    assert ours.p_value == pytest.approx(exact.pvalue, rel=1e-6)
+    if math.comb(n_base + n_new, n_base) <= 5000:  # with ties: every split of the pooled values, counted
+        tied_base, tied_new = np.round(base), np.round(new)
+
+        def u_of(x, y, axis):
+            return stats.mannwhitneyu(x, y, axis=axis, method="asymptotic").statistic
+
+        permuted = stats.permutation_test(
+            (tied_new, tied_base), u_of, permutation_type="independent", n_resamples=np.inf
+        )
+        assert mann_whitney_u(tied_base, tied_new).p_value == pytest.approx(permuted.pvalue, rel=1e-6)
+
+
+def test_the_rank_test_on_identical_samples_and_bad_input():
+    assert mann_whitney_u([1.0] * 9, [1.0] * 12).p_value == 1.0
+    assert mann_whitney_u([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]).p_value == 1.0
+    with pytest.raises(ValueError):
+        mann_whitney_u([], [1.0])
+    with pytest.raises(ValueError):
+        mann_whitney_u([1.0, math.nan], [1.0])
+
+
+def test_load_side_picks_up_samples_beside_the_results(tmp_path):
+    a, b = lognormal(8), lognormal(9)
+    first, second = measured("identity", 32000, a), measured("triton_fused", 32000, b)
+    csv_path = write_run(tmp_path / "run", [(first, a), (second, b)])
+    with (tmp_path / "run" / "samples.jsonl").open("a") as f:
+        f.write('{"case_id": "identity/eager/bfloat16/V32000/B1/k1/gaussian", "run": "run-a", "seco')  # torn
+    for path in (csv_path, tmp_path / "run"):  # the results file, or the run folder
+        side = load_side(path).set_index("variant")
+        assert side.loc["identity", SECONDS] == pytest.approx(tuple(a))
+        assert side.loc["triton_fused", SECONDS] == pytest.approx(tuple(b))
+    alone = write_tables(to_frame([first]), tmp_path / "alone")[0]  # no samples.jsonl: no seconds
+    assert load_side(alone)[SECONDS].tolist() == [None]
+
+
+def test_two_runs_on_one_side_never_mix_their_samples(tmp_path):
+    a, b = lognormal(10), lognormal(11) * 2
+    earlier, later = measured("identity", 32000, a, run="run-a"), measured("identity", 32000, b, run="run-b")
+    csv_path = write_run(tmp_path / "pooled", [(earlier, a), (later, b)])
+    side = load_side(csv_path)
+    assert [len(s) for s in side[SECONDS]] == [25, 25]
+    assert side.set_index("run").loc["run-b", SECONDS] == pytest.approx(tuple(b))
+    base = write_run(tmp_path / "base", [(measured("identity", 32000, a, run="run-0"), a)])
+    result = compare(load_side(base), side)
+    (rec,) = result.table.to_dict("records")
+    assert result.duplicates == 1 and rec["new_run"] == "run-b"  # the last row, with its own samples
+    assert rec["p_value"] == pytest.approx(mann_whitney_u(a, b).p_value) and rec["outcome"] == "slower"
+    other = write_tables(to_frame([{**later, "run": "run-c"}]), tmp_path / "other")[0]
+    (tmp_path / "other" / "samples.jsonl").write_text(
+        json.dumps({"case_id": later["case_id"], "run": "run-b", "seconds": list(b)}) + "\n"
+    )
+    assert load_side(other)[SECONDS].tolist() == [None]  # samples of another run are not this row's
+
+
+def test_the_drift_line_says_when_the_whole_run_moved():
+    base = [row("identity", v, 10.0) for v in (32000, 65536, 151936)]
+    same = [row("identity", v, 10.3) for v in (32000, 65536, 151936)]
+    result = compare(to_frame(base), to_frame(same), 0.05)
+    assert result.drift == pytest.approx(1.03)
+    line = drift_line(result)
+    assert "all 3 timed cases: new/base median 1.030×" in line and "moved together" not in line
+    assert line in text_table(result)
+    busy = [{**r, "other_cores": 1.5} for r in (row("identity", v, 12.0) for v in (32000, 65536, 151936))]
+    slow = compare(to_frame([{**r, "other_cores": 0.1} for r in base]), to_frame(busy), 0.05)
+    line = drift_line(slow)
+    assert "median 1.200×" in line and "moved together" in line and "0.1 → 1.5 cores busy" in line
+    assert len(slow.failures) == 3  # said, not subtracted
+
+
+def test_cli_exits_0_on_noisy_only_and_1_on_a_2x_slowdown(tmp_path, capsys):
+    a, b = same_distribution()
+    c, d = lognormal(12), lognormal(13, sigma=0.3)  # d: spread about 50 %, unstable
+    assert timing.Samples(tuple(d), "x").unstable
+    base = write_run(
+        tmp_path / "base", [(measured("identity", 32000, a), a), (measured("argmax_ones", 32000, c), c)]
+    )
+    noisy = write_run(
+        tmp_path / "noisy",
+        [
+            (measured("identity", 32000, b, run="run-b"), b),
+            (measured("argmax_ones", 32000, d * 1.3, run="run-b"), d * 1.3),
+        ],
+    )
+    page = tmp_path / "compare.html"
+    assert cli.main(["compare", str(base), str(noisy), "--fail-on", "5%", "--out", str(page)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 cases matched: 2 noisy;" in printed
+    assert "all 2 timed cases: new/base median" in printed
+    html = page.read_text()
+    assert "PASS: no regression." in html and "Mann-Whitney" in html and "new/base median" in html
+    write_run(tmp_path / "doubled", [(measured("identity", 32000, 2 * b, run="run-c"), 2 * b)])
+    assert cli.main(["compare", str(tmp_path / "base"), str(tmp_path / "doubled"), "--fail-on", "5%"]) == 1
+    printed = capsys.readouterr().out
+    assert "1 slower" in printed and "1 only in" in printed

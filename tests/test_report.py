@@ -532,6 +532,8 @@ def test_load_samples_and_notes_beside_the_results(tmp_path: Path) -> None:
     other.mkdir()
     (other / "run.json").write_text(json.dumps({"label": "r2", "notes": ["torn line"]}), encoding="utf-8")
     assert run_notes([tmp_path, other]) == ["run r1: shared", "run r2: torn line"]
+    (other / "run.json").unlink()
+    assert run_notes([tmp_path, other]) == ["run r1: shared"]  # two runs reported: which one it was
 
 
 def test_distribution_figure_from_the_samples(tmp_path: Path) -> None:

@@ -197,3 +197,15 @@ def test_two_runs_of_one_device_are_two_rows():
     assert "mon" in summary.console_table(frame) and "tue" in summary.console_table(frame)
     one = summary.case_table(to_frame(monday))
     assert "run" not in one  # one run: no run column
+
+
+def test_tensor_parallel_rows_of_the_same_shape_are_not_pooled():
+    single = with_columns(
+        rows(1, 151936, {"full_softmax": 60.0, "identity": 40.0}), tp={"full_softmax": 1, "identity": 1}
+    )
+    parallel = [{**r, "variant": v, "tp": 2, "median_us": us} for r, (v, us) in
+                zip(single, (("allgather_full_softmax", 50.0), ("sharded_torch", 20.0)), strict=True)]  # fmt: skip
+    frame = to_frame(single + parallel)
+    table = summary.case_table(frame)
+    assert list(table["tp"].astype(int)) == [1, 2] and list(table["fastest"]) == ["identity", "sharded_torch"]
+    assert "tp" in summary.console_table(frame).splitlines()[1]

@@ -47,6 +47,7 @@ def distribution_figures(ctx: Context) -> list[Block]:
             )
         ]
     matched = matched_samples(ctx)
+    matched = matched[matched["batch"].notna() & matched["vocab"].notna()]
     if matched.empty:
         return [Note("Distributions of the timed samples: no sample matches a measured case of these rows.")]
     keys = [ctx.unit, *SHAPE_KEYS]

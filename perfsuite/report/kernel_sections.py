@@ -200,7 +200,7 @@ def _exact_finding(exact: pd.DataFrame, fastest: pd.DataFrame) -> str:
     overall = int((fastest["variant"] == name).sum())
     if overall == len(fastest):
         return text + "; it is also the fastest variant of any accuracy in every cell."
-    return text + f"; the fastest variant of any accuracy in {overall} of {len(fastest)} cells."
+    return text + f"; it is the fastest variant of any accuracy in {overall} of {len(fastest)} cells."
 
 
 def _argmax_table(ctx: Context) -> list[Block]:

@@ -125,16 +125,18 @@ def load_samples(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame | Non
 
 def run_notes(paths: str | Path | Iterable[str | Path]) -> list[str]:
     """The warnings (`notes`) each run wrote to its `run.json` beside the results files (or in the run
-    folders); each prefixed with the run's label when several runs are read. Missing files: no notes."""
+    folders); each prefixed with the run's label when several run folders are read. Missing files: no
+    notes."""
     manifests = []
-    for folder in _folders(paths):
+    folders = _folders(paths)
+    for folder in folders:
         try:
             data = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("notes"), list):
             manifests.append((str(data.get("label") or folder.name), [str(n) for n in data["notes"]]))
-    several = len(manifests) > 1
+    several = len(folders) > 1
     return [f"run {label}: {note}" if several else note for label, notes in manifests for note in notes]
 
 

@@ -3,7 +3,7 @@ and the fastest exact one, ratios to the baseline, and targets.
 
     python -m perfsuite.report.summary reports/gpu-check/results.csv --out reports/gpu-check/summary.md
 
-One markdown table row per (device, path, dtype, vocab, batch, topk; and run and l2 where they vary): the
+One markdown table row per (device, path, dtype, vocab, batch, topk; run, l2, tp where they vary): the
 median of every variant in the same run (marked ⚠ where unstable), the fastest variant of any accuracy
 (full_softmax rounds in bf16/fp16, argmax_ones is inexact), the fastest exact variant, `full_softmax / best
 exact` (its speedup: the median of paired per-round ratios where the variants were sampled in turn, else the
@@ -33,13 +33,14 @@ TRITON_PICK = "triton_auto"
 
 
 def case_keys(frame: pd.DataFrame) -> list[str]:
-    """CASE, with `run` after the device where a device has rows of several runs (never pooled), and `l2`
-    where both cache states were measured."""
+    """CASE, with `run` after the device where a device has rows of several runs (never pooled), `l2`
+    where both cache states were measured and `tp` where tensor-parallel rows are among them."""
     keys = list(CASE)
     if _several_runs(frame):
         keys.insert(1, "run")
-    if "l2" in frame and frame["l2"].dropna().nunique() > 1:
-        keys.append("l2")
+    for column in ("l2", "tp"):
+        if column in frame and frame[column].dropna().astype(str).nunique() > 1:
+            keys.append(column)
     return keys
 
 
@@ -206,7 +207,7 @@ def console_table(frame: pd.DataFrame, limit: int = 40) -> str:
         return ""
     keys = case_keys(frame)
     shown = {"device": "device", "run": "run", "path": "path", "dtype": "dtype", "vocab": "V", "batch": "B"}
-    shown |= {"topk": "k", "l2": "L2"}
+    shown |= {"topk": "k", "l2": "L2", "tp": "tp"}
     several_devices = table["device"].nunique() > 1
     out = []
     for record in table.to_dict("records"):
