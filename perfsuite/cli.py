@@ -233,6 +233,7 @@ def result_keys(args: argparse.Namespace) -> list[str]:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from perfsuite.report import build_report, load_many
+    from perfsuite.report.load import load_samples, run_notes
 
     first = Path(args.results[0])
     run_dir = first if first.is_dir() else first.parent
@@ -240,12 +241,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     draft_path = args.draft or _sibling(run_dir / "draft.csv", len(args.results))
     try:
         frame = load_many([Path(p) for p in args.results])
+        samples, notes = load_samples(args.results), run_notes(args.results)
         edges = pd.read_csv(edge_path) if edge_path else None
         draft = pd.read_csv(draft_path) if draft_path else None
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out) if args.out else run_dir / "report.html"
-    print(build_report(frame, out, edge_cases=edges, draft=draft, title=args.title))
+    report = build_report(
+        frame, out, edge_cases=edges, draft=draft, title=args.title, notes=notes, samples=samples
+    )
+    print(report)
     _print_caveats()
     return EXIT_OK
 

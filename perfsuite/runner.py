@@ -232,6 +232,7 @@ def finish(
         files["edge_cases"] = out_dir / "edge_cases.csv"
         edges.to_csv(files["edge_cases"], index=False)
     from perfsuite.report import build_report
+    from perfsuite.report.load import load_samples
 
     files["html"] = build_report(
         frame,
@@ -241,5 +242,6 @@ def finish(
         environment={**{k: str(v) for k, v in env.items()}, "source": scenario.source},
         title=f"perfsuite: {scenario.name} on {info.name}",
         notes=notes,
+        samples=load_samples(out_dir),
     )
     return RunOutcome(frame, draft, out_dir, files, interrupted, notes)

@@ -15,7 +15,7 @@ class Timing:
 
     warmup: int = 10  # untimed calls first (compilation, caches, clocks)
     reps: int = 100  # timed samples per case, at most
-    max_seconds: float = 2.0  # stop sampling a case after this long (keeps huge cases bounded)
+    max_seconds: float = 2.0  # per case: stop sampling after this long, 5 samples taken (bounds huge cases)
     l2: str = "cold"  # cold: flush the cache before each sample (bandwidth roofline); hot: no flush
     graph_unroll: int = 20  # calls captured in one graph for replay timing (capped on ROCm)
     threads: int = 1  # torch's CPU threads (0: torch's default, one per core); see perfsuite.threads

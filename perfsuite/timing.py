@@ -223,16 +223,21 @@ def sampler_for(prepared: PreparedCall, info: DeviceInfo, timing: Timing) -> Sam
     return EventSampler(prepared.run, flush)
 
 
+MIN_ROUNDS = 5
+"""Rounds taken whatever `max_seconds` says (unless `reps` is lower): with 5 samples a side, a rank test
+(`perfsuite compare`) can tell two runs apart at p < 0.01; with 4 it never can."""
+
 Agree = Callable[[list[float]], list[float]]
 """Turns one round's figures (each sampler's sample, then the elapsed time) into the figures every
 process of a group shares (tensor parallel: the max over ranks)."""
 
 
 def measure_in_turn(samplers: Sequence[Sampler], timing: Timing, agree: Agree | None = None) -> list[Samples]:
-    """The sampling loop: warm up, then sample the samplers in turn until `reps` rounds, or `max_seconds`
-    once there are 3, so samplers compared with each other are sampled in the same seconds of machine time.
-    Each round starts one sampler later (A B C, B C A, C A B): no sampler always follows the same one.
-    With `agree`, every rank stops after the same round on the same figures."""
+    """The sampling loop: warm up, then sample the samplers in turn until `reps` rounds, or once there are
+    `MIN_ROUNDS`, until `max_seconds` per sampler has passed, so samplers compared with each other are sampled
+    in the same seconds of machine time. Each round starts one sampler later (A B C, B C A, C A B): no
+    sampler always follows the same one. With `agree`, every rank stops after the same round on the same
+    figures."""
     for _ in range(timing.warmup):
         for sampler in samplers:
             sampler.sample()
@@ -248,7 +253,8 @@ def measure_in_turn(samplers: Sequence[Sampler], timing: Timing, agree: Agree | 
         if agree is not None:
             *figures, elapsed = agree([*figures, elapsed])
         rounds.append(figures)
-        if len(rounds) >= timing.reps or (len(rounds) >= 3 and elapsed >= timing.max_seconds):
+        enough = len(rounds) >= min(MIN_ROUNDS, timing.reps)
+        if len(rounds) >= timing.reps or (enough and elapsed >= timing.max_seconds * n):
             return [Samples(tuple(r[i] for r in rounds), s.method) for i, s in enumerate(samplers)]
 
 

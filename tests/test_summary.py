@@ -203,8 +203,10 @@ def test_tensor_parallel_rows_of_the_same_shape_are_not_pooled():
     single = with_columns(
         rows(1, 151936, {"full_softmax": 60.0, "identity": 40.0}), tp={"full_softmax": 1, "identity": 1}
     )
-    parallel = [{**r, "variant": v, "tp": 2, "median_us": us} for r, (v, us) in
-                zip(single, (("allgather_full_softmax", 50.0), ("sharded_torch", 20.0)), strict=True)]  # fmt: skip
+    tp_times = (("allgather_full_softmax", 50.0), ("sharded_torch", 20.0))
+    parallel = [
+        {**r, "variant": v, "tp": 2, "median_us": us} for r, (v, us) in zip(single, tp_times, strict=True)
+    ]
     frame = to_frame(single + parallel)
     table = summary.case_table(frame)
     assert list(table["tp"].astype(int)) == [1, 2] and list(table["fastest"]) == ["identity", "sharded_torch"]
