@@ -433,3 +433,51 @@ def test_cli_exits_0_on_noisy_only_and_1_on_a_2x_slowdown(tmp_path, capsys):
     assert cli.main(["compare", str(tmp_path / "base"), str(tmp_path / "doubled"), "--fail-on", "5%"]) == 1
     printed = capsys.readouterr().out
     assert "1 slower" in printed and "1 only in" in printed
+
+
+# --- the run-to-run noise floor --------------------------------------------------------------------------
+
+
+def drifting_runs(seed: int, cases: int, drift_sigma: float, shifted: dict[int, float]) -> tuple[list, list]:
+    """`cases` identity and full_softmax cases whose medians drift apart between the runs by a lognormal
+    factor of `drift_sigma` (the machine), each case clear of its own sampling noise (25 tight samples);
+    `shifted` multiplies the new run of some identity cases (a real change)."""
+    rng = np.random.default_rng(seed)
+    base, new = [], []
+    for variant in ("identity", "full_softmax"):
+        for i in range(cases):
+            vocab = 1000 + i
+            drift = rng.lognormal(0.0, drift_sigma) * (shifted.get(i, 1.0) if variant == "identity" else 1.0)
+            a = lognormal(seed * 1000 + i, sigma=0.02)
+            b = lognormal(seed * 1000 + i + 500, sigma=0.02) * drift
+            base.append(with_seconds(measured(variant, vocab, a), a))
+            new.append(with_seconds(measured(variant, vocab, b), b))
+    return base, new
+
+
+def test_changes_within_the_run_to_run_noise_are_noisy_not_slower():
+    base, new = drifting_runs(seed=11, cases=30, drift_sigma=0.10, shifted={})
+    result = compare(to_frame(base), to_frame(new), 0.05)
+    timed = result.timed
+    # every case is "significant" by its own samples, but two runs of this machine drift ~10 % apart
+    assert (timed["p_value"] < ALPHA).mean() > 0.5
+    assert 0.07 < timed["noise"].min() and timed["noise"].max() < 0.14
+    assert set(timed["outcome"]) <= {"noisy", "same"}
+    assert "run-to-run noise" in drift_line(result) and "identity" in drift_line(result)
+
+
+def test_a_2x_slowdown_of_one_variant_stands_out_of_the_run_to_run_noise():
+    shifted = {i: 2.0 for i in range(30)}  # identity 2x slower everywhere
+    base, new = drifting_runs(seed=12, cases=30, drift_sigma=0.10, shifted=shifted)
+    result = compare(to_frame(base), to_frame(new), 0.05)
+    timed = result.timed
+    identity = timed[timed["variant"] == "identity"]
+    assert identity["outcome"].eq("slower").all()  # its own noise, around its own median, stays ~10 %
+    assert set(timed.loc[timed["variant"] == "full_softmax", "outcome"]) <= {"noisy", "same"}
+
+
+def test_without_enough_cases_there_is_no_noise_floor():
+    base, new = drifting_runs(seed=13, cases=4, drift_sigma=0.10, shifted={0: 2.0})
+    result = compare(to_frame(base), to_frame(new), 0.05)
+    assert (result.table["noise"] == 0).all() and result.noise == 0
+    assert outcomes(result)["identity/eager/bfloat16/V1000/B1/k1/gaussian"] == "slower"
