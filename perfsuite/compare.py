@@ -14,13 +14,9 @@ Noise rule, for a case timed in both runs, with ratio = new median / base median
 - past it, without usable samples but with p20/p80 on both rows: `slower` when the new p20 is above the
   base p80 (the middle 60 % of the two runs' samples do not overlap), `faster` mirrored, else `noisy`;
 - past it, without samples nor p20/p80: the medians alone decide.
-Run-to-run noise: a slower (faster) case must also lie beyond `NOISE_SIGMAS` times the run-to-run noise of
-the comparison itself, else it is `noisy`. That noise is the robust standard deviation (1.4826 x the median
-absolute deviation) of log(new / base) over the variant's cases timed in both runs, around their median: how
-far two runs of the same code drift apart on this machine, case by case (on a shared 2-core VM about 10 %).
-It is measured around the median, so a change of all of a variant's cases still counts, and per variant, so
-one variant's change does not raise the others' floor. It needs `NOISE_MIN_CASES` cases of the variant
-(fewer: all timed cases pooled; fewer still: no floor). The summary states it.
+Run-to-run noise: a slower (faster) case must also clear the floor of `run_noise`: its change, anchored to
+the baseline of its shape (sampled in turn with it), beyond `run_noise.NOISE_SIGMAS` times its variant's
+run-to-run noise in this comparison, or its whole variant shifted; else it is `noisy`.
 `drift_line` states the median ratio over every timed case: a whole run slower than the other points at
 the machine (load, clocks), and is said, never subtracted from the verdicts.
 Parity: a verdict that got worse (pass < inexact < fail) is a regression whatever the time, and so is a case
@@ -40,10 +36,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfsuite import run_noise
 from perfsuite.rank_test import ALPHA, mann_whitney_u, smallest_p_value
 from perfsuite.report.load import load_results
 from perfsuite.results import ResultsLog
-from perfsuite.schema import CASE_KEYS
+from perfsuite.schema import BASELINES, CASE_KEYS
 from perfsuite.timing import UNSTABLE_SPREAD
 
 KEYS = (*CASE_KEYS, "device")
@@ -210,31 +207,6 @@ def _keyed(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, int]:
     return unique, len(frame) - len(unique)
 
 
-NOISE_SIGMAS = 3.0
-"""A change must exceed this many run-to-run standard deviations (as well as the threshold and the test)."""
-NOISE_MIN_CASES = 10
-"""Cases timed in both runs needed to estimate the run-to-run noise; below it there is no floor."""
-
-
-def run_to_run_noise(ratios: pd.Series) -> float:
-    """The robust standard deviation of log(new / base) around its median (0 with too few cases)."""
-    logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)].to_numpy(dtype=float))
-    if len(logs) < NOISE_MIN_CASES:
-        return 0.0
-    return float(1.4826 * np.median(np.abs(logs - np.median(logs))))
-
-
-def noise_by_variant(table: pd.DataFrame) -> pd.Series:
-    """Each row's run-to-run noise: `run_to_run_noise` of its variant's timed cases where the variant has
-    `NOISE_MIN_CASES` of them, else of all timed cases."""
-    timed = table[_timed_mask(table)]
-    names = timed["variant"].map(_key_text)
-    counts = names.value_counts()
-    own = timed.groupby(names)["ratio"].agg(run_to_run_noise)
-    own = own[counts.reindex(own.index) >= NOISE_MIN_CASES]
-    return table["variant"].map(_key_text).map(own).fillna(run_to_run_noise(timed["ratio"]))
-
-
 def _timed_mask(table: pd.DataFrame) -> pd.Series:
     ok = (table["base_status"] == "ok") & (table["new_status"] == "ok")
     return ok & np.isfinite(table["ratio"]) & (table["ratio"] > 0)
@@ -257,13 +229,17 @@ class Comparison:
     duplicates: int
     base_name: str = "base"
     new_name: str = "new"
-    noise: float = 0.0  # run-to-run noise: robust std of log(new / base) over all timed cases
 
     def noise_text(self) -> str:
-        """Each variant's run-to-run noise, e.g. 'full_softmax 9.1 %, identity 10 %'."""
+        """Each variant's noise, e.g. 'full_softmax 9.1 %, identity 4.5 % (against the baseline)'."""
         timed = self.timed
-        per = timed.groupby(timed["variant"].map(_key_text))["noise"].first()
-        return ", ".join(f"{name} {100 * value:.2g} %" for name, value in per.items())
+        if "noise" not in timed or not (timed["noise"] > 0).any():
+            return ""
+        per = timed.groupby([timed["variant"].map(_key_text), timed["anchored"]])["noise"].first()
+        return ", ".join(
+            f"{name} {100 * value:.2g} %{' (against the baseline)' if anchored else ''}"
+            for (name, anchored), value in per.items()
+        )
 
     @property
     def failures(self) -> pd.DataFrame:
@@ -309,7 +285,7 @@ def _outcome(row: pd.Series, threshold: float) -> str:
         confirmed = row["band_low"] > 1 if slower else row["band_high"] < 1
     else:  # "unstable" is never confirmed; "medians": nothing else to go by
         confirmed = rule == "medians"
-    if not confirmed or abs(math.log(ratio)) <= NOISE_SIGMAS * row.get("noise", 0.0):
+    if not confirmed or not run_noise.beyond_noise(row, threshold):
         return "noisy"
     return "slower" if slower else "faster"
 
@@ -377,14 +353,15 @@ def compare(
     table = table.drop(columns=[f"base_{SECONDS}", f"new_{SECONDS}"])
     records = [r for _, r in table.iterrows()]
     table["rule"] = [_rule(r) if not math.isnan(r["ratio"]) else "" for r in records]
-    noise = run_to_run_noise(table.loc[_timed_mask(table), "ratio"]) if len(table) else 0.0
-    table["noise"] = noise_by_variant(table) if len(table) else []
+    if len(table):
+        shape = [k for k in keys if k != "variant"]
+        table = pd.concat([table, run_noise.judge(table, _timed_mask(table), shape, BASELINES)], axis=1)
     table["outcome"] = [_outcome(r, threshold) for _, r in table.iterrows()] if len(table) else []
     rank = {o: i for i, o in enumerate(ORDER)}
     table = table.sort_values(
         ["outcome", "ratio"], key=lambda s: s.map(rank) if s.name == "outcome" else -s.fillna(0)
     ).reset_index(drop=True)
-    return Comparison(table, threshold, base_only, new_only, base_dups + new_dups, *names, noise=noise)
+    return Comparison(table, threshold, base_only, new_only, base_dups + new_dups, *names)
 
 
 def _label(row: dict, keys: list[str], with_device: bool) -> str:
@@ -418,9 +395,9 @@ def bytes_ratio(row: pd.Series) -> str:
     return ""
 
 
-def rule_text(threshold: float, noise: float = 0.0) -> str:
+def rule_text(threshold: float, floor: bool = False) -> str:
     """The noise rule in one clause, for the summary line."""
-    floor = f" and beyond {NOISE_SIGMAS:g}x its variant's run-to-run noise" if noise > 0 else ""
+    floor = f" and beyond {run_noise.NOISE_SIGMAS:g}x its run-to-run noise" if floor else ""
     return (
         f"rule: slower/faster past {100 * threshold:.3g} %{floor} when the rank test on raw samples gives "
         f"p < {ALPHA:g} (without samples: new p20 above base p80); unstable cases are noisy"
@@ -437,7 +414,7 @@ def summary_line(comparison: Comparison) -> str:
     if comparison.duplicates:
         extra.append(f"{comparison.duplicates} duplicate rows (the last kept)")
     more = f" ({'; '.join(extra)})" if extra else ""
-    rule = rule_text(comparison.threshold, comparison.noise)
+    rule = rule_text(comparison.threshold, bool(comparison.noise_text()))
     return f"{len(comparison.table)} cases matched{more}: {counts}; {rule}"
 
 

@@ -1,0 +1,89 @@
+"""How far two runs of the same code drift apart, case by case: the floor a change must clear before
+`perfsuite compare` calls it slower or faster.
+
+On a shared machine the medians of two runs differ by far more than each case's own samples say: the
+machine is slower in some seconds than in others (other tenants, clocks), and every case measured in those
+seconds moves with it. On the 2-core VM perfsuite is built on, two idle runs of one commit differ by a
+robust standard deviation of about 10 % per case, with heavier tails than a normal law.
+
+Three figures per matched case, from the comparison itself:
+- `judged`: log(new / base), anchored to the baseline where the case's shape has a baseline row in both
+  runs: log(new / base) - log(baseline new / base). The variants of a shape are sampled in turn, so the
+  machine's slow seconds move both alike and cancel in the anchored figure (a change of the paired
+  speedup). The baseline itself, and shapes without it, are judged on the plain log ratio.
+- `noise`: the robust standard deviation (1.4826 x MAD around the median) of `judged` over the cases of the
+  same variant judged the same way (anchored or not), with `NOISE_MIN_CASES` of them, else over all timed
+  cases, else 0 (no floor). Around the median, so a change of all of a variant's cases still counts.
+- `variant_shift`: the median log ratio of the variant over all its cases, and its standard error: a change
+  of a whole variant (or of everything, as a torch upgrade) that the anchored figure cancels.
+
+A case clears the floor when `judged` lies beyond `NOISE_SIGMAS` x noise in the direction of its own
+change, or when its variant shifted as a whole that way by more than the threshold and `NOISE_SIGMAS`
+standard errors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+NOISE_SIGMAS = 4.0
+"""How many run-to-run standard deviations a change must exceed. The largest of 150 unchanged cases lies
+near 3 for normal noise; run-to-run drift on a VM has heavier tails: of three pairs of quick sweeps of one
+commit on this 2-core VM (two idle, one with a core busy), 3 of 438 unchanged cases were called slower at 3,
+none at 4, while a variant made 2x slower was still caught."""
+NOISE_MIN_CASES = 10
+"""Cases needed to estimate a noise figure; below it the pooled figure, below that no floor."""
+ROBUST_SIGMA = 1.4826
+"""MAD to standard deviation for a normal law."""
+
+
+def robust_sigma(logs: pd.Series) -> float:
+    """The robust standard deviation of log ratios around their median (0 with too few)."""
+    values = logs.to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    if len(values) < NOISE_MIN_CASES:
+        return 0.0
+    return float(ROBUST_SIGMA * np.median(np.abs(values - np.median(values))))
+
+
+def judge(
+    table: pd.DataFrame, timed: pd.Series, shape: list[str], baselines: tuple[str, ...]
+) -> pd.DataFrame:
+    """`judged`, `anchored`, `noise`, `variant_shift` and `variant_se` for every row of a comparison table
+    (columns `variant`, `ratio` and the `shape` keys; `timed`: rows timed in both runs)."""
+    out = pd.DataFrame(index=table.index)
+    logs = np.log(table["ratio"].where(timed))
+    variant = table["variant"].map(str)
+    shape_key = table[shape].map(str).agg("/".join, axis=1)
+    is_base = variant.isin(baselines)
+    base_log = logs[is_base & timed].groupby(shape_key[is_base & timed]).first()
+    anchor = shape_key.map(base_log)
+    out["anchored"] = ~is_base & anchor.notna() & timed
+    out["judged"] = logs.where(~out["anchored"], logs - anchor)
+    pooled = robust_sigma(out["judged"][timed])
+    kind = variant + out["anchored"].map({True: " anchored", False: ""})
+    counts = kind[timed].value_counts()
+    own = out["judged"][timed].groupby(kind[timed]).agg(robust_sigma)
+    own = own[counts.reindex(own.index) >= NOISE_MIN_CASES]
+    out["noise"] = kind.map(own).fillna(pooled)
+    per_variant = logs[timed].groupby(variant[timed])
+    out["variant_shift"] = variant.map(per_variant.median())
+    se = per_variant.agg(
+        lambda s: robust_sigma(s) / math.sqrt(len(s)) if len(s) >= NOISE_MIN_CASES else math.inf
+    )
+    out["variant_se"] = variant.map(se)
+    return out
+
+
+def beyond_noise(row: pd.Series, threshold: float) -> bool:
+    """Whether a case's change clears the run-to-run floor (see the module docstring)."""
+    direction = math.copysign(1, math.log(row["ratio"]))
+    judged, noise = row.get("judged", math.nan), row.get("noise", 0.0)
+    floor = NOISE_SIGMAS * (0.0 if math.isnan(noise) else noise)
+    if not math.isnan(judged) and direction * judged > floor:
+        return True  # beyond the floor, and the same way as the case's own change
+    shift, se = row.get("variant_shift", math.nan), row.get("variant_se", math.inf)
+    return bool(direction * shift > max(math.log1p(threshold), NOISE_SIGMAS * se))
