@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         others = table[table["variant"] != SLOWED]
         flagged, missed = mine["outcome"].eq("slower"), mine["outcome"].isin(["same", "faster"])
         record(
-            f"{SLOWED} 2x slower: flagged (its cases slower, or noisy where unstable; no other variant slower)",
+            f"{SLOWED} 2x slower: flagged (its cases slower, noisy where unstable; no other slower)",
             f"{int(flagged.sum())} of {len(mine)} slower, {int(mine['outcome'].eq('noisy').sum())} noisy, "
             f"{int(missed.sum())} same or faster (median ratio {mine['ratio'].median():.2f}x); other "
             f"variants: {int(others['outcome'].eq('slower').sum())} slower of {len(others)}",
