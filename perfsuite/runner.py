@@ -81,20 +81,10 @@ def _run(
     key = run_dir.fingerprint(settings)
     earlier = run_dir.read_manifest(out_dir)
     notes: list[str] = []
-    logs = [ResultsLog(out_dir / name) for name in run_dir.LOGS]
+    logs, kept = _open_logs(out_dir, resume, earlier, settings, notes)
     if resume:
-        kept = [_resumable(log, notes) for log in logs]
-        logged = {str(row.get("settings") or "") for rows in kept[:2] for row in rows}
-        run_dir.check_resume(out_dir, earlier, key, settings, logged)
         label = str((earlier or {}).get("label") or label or run_dir.new_label(info.name))
-    else:
-        moved = run_dir.put_aside(out_dir)
-        if moved:
-            _note(notes, f"{out_dir} held an earlier run: its files moved to {moved}")
-        kept = [[], [], []]
-        label = label or run_dir.new_label(info.name)
-    for log, rows in zip(logs, kept, strict=True):
-        log.rewrite(rows)
+    label = label or run_dir.new_label(info.name)
     log, draft_log, samples_log = logs
     done = {str(row["case_id"]) for row in kept[0]}
     draft_done = {str(row["case_id"]) for row in kept[1]}
@@ -156,6 +146,26 @@ def _run(
 
 def _gpu_text(state: dict[str, object]) -> str:
     return ", ".join(f"{k} {v}" for k, v in state.items()) or "not readable here"
+
+
+def _open_logs(
+    out_dir: Path, resume: bool, earlier: dict | None, settings: dict[str, object], notes: list[str]
+) -> tuple[list[ResultsLog], list[list[dict[str, object]]]]:
+    """The run's logs (`run_dir.LOGS`) and the rows each keeps: with `resume`, every row but errors (after
+    checking they were written with these settings), else none (an earlier run's files are put aside)."""
+    logs = [ResultsLog(out_dir / name) for name in run_dir.LOGS]
+    if resume:
+        kept = [_resumable(log, notes) for log in logs]
+        logged = {str(row.get("settings") or "") for rows in kept[:2] for row in rows}
+        run_dir.check_resume(out_dir, earlier, run_dir.fingerprint(settings), settings, logged)
+    else:
+        moved = run_dir.put_aside(out_dir)
+        if moved:
+            _note(notes, f"{out_dir} held an earlier run: its files moved to {moved}")
+        kept = [[] for _ in logs]
+    for log, rows in zip(logs, kept, strict=True):
+        log.rewrite(rows)
+    return logs, kept
 
 
 def same_shape(cases: list[Case]) -> list[list[Case]]:
