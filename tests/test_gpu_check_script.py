@@ -151,7 +151,11 @@ def test_every_stage_runs_and_the_pack_is_returnable(tmp_path):
     assert "## Tuned plans" in summary and "measured copy" in summary  # the summary stage and the machine
     results = pd.read_csv(out / "results.csv")
     assert set(results["variant"]) == {"full_softmax", "identity", "argmax_ones", "triton_auto"}
-    assert (results["status"] == "ok").all()
+    # on the CPU Triton runs in its interpreter: checked, never timed (issue 11)
+    interpreted = results["variant"] == "triton_auto"
+    assert (results.loc[~interpreted, "status"] == "ok").all()
+    assert (results.loc[interpreted, "status"] == "skipped").all()
+    assert (results.loc[interpreted, "reason"] == kernels.NOT_TIMED).all()
     # the tune stage's table is filed under this CPU's name, and no table applies to a device without a GPU
     # name: on a GPU the sweep's triton_auto rows say "(tuned)"
     assert results.set_index("variant")["launch"]["triton_auto"].endswith("(heuristic)")

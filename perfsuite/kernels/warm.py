@@ -172,6 +172,23 @@ Finished = tuple[Warmup, float, str]
 """A unit, the seconds its launch took (compile included) and its error ("" when it ran)."""
 
 
+POLL_S = 0.25
+"""How often the parent wakes while it waits for a worker: a signal delivered to one of the pool's threads
+only interrupts the main thread when it wakes."""
+
+
+def _next(results: multiprocessing.pool.IMapIterator, deadline: float | None) -> Finished:
+    """The next finished unit; `multiprocessing.TimeoutError` once `deadline` has passed."""
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise multiprocessing.TimeoutError
+        try:
+            return results.next(timeout=POLL_S if left is None else min(left, POLL_S))
+        except multiprocessing.TimeoutError:
+            continue
+
+
 def _run_pool(
     units: list[Warmup], device: torch.device, jobs: int, deadline: float | None, started: str
 ) -> tuple[list[Finished], str]:
@@ -191,10 +208,7 @@ def _run_pool(
         print(started, flush=True)
         results = pool.imap_unordered(_warm, units)
         for _ in units:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise multiprocessing.TimeoutError
-            done.append(results.next(timeout=left))
+            done.append(_next(results, deadline))
             unit, seconds, error = done[-1]
             print(f"{seconds:7.1f} s  {unit.describe()}" + (f"  FAILED {error}" if error else ""), flush=True)
         stopped = ""
