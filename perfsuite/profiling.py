@@ -103,16 +103,7 @@ def trace_metadata(case: Case, info: DeviceInfo, *, calls: int) -> dict[str, dic
     return {
         "distributedInfo": {"backend": "nccl" if info.is_gpu else "gloo", "rank": 0, "world_size": 1},
         "perfsuite": {
-            "case_id": case.case_id,
-            "scenario": case.scenario,
-            "variant": case.variant,
-            "path": case.path,
-            "dtype": case.dtype,
-            "vocab": case.vocab,
-            "batch": case.batch,
-            "topk": case.topk,
-            "logits": case.logits,
-            "l2": case.timing.l2,
+            **case_row(case, {"scenario": case.scenario}),
             "device": info.name,
             "backend": info.backend,
             "simulated": bool(info.simulated),
