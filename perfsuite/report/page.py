@@ -30,7 +30,6 @@ def _environment() -> jinja2.Environment:
 
 
 WARNINGS_ID = "warnings"
-NAV = "\n<nav>"
 
 
 def render_page(
@@ -59,9 +58,10 @@ def render_page(
             sections=sections,
             plotly_js=plotly_js,
             banner=missing_plots_banner(report_again) if missing else "",
+            warnings=warnings_banner(warnings),
         )
     )
-    return _with_warnings(page, warnings)
+    return page
 
 
 def warnings_banner(warnings: Sequence[str]) -> Markup:
@@ -73,17 +73,6 @@ def warnings_banner(warnings: Sequence[str]) -> Markup:
         '<div class="banner" id="{}" role="alert"><strong>Warnings: read these before the figures</strong>'
         "<ul>{}</ul></div>"
     ).format(WARNINGS_ID, items)
-
-
-def _with_warnings(page: str, warnings: Sequence[str]) -> str:
-    """The page with the warnings banner before its navigation (the template has no place for it)."""
-    banner = warnings_banner(warnings)
-    if not banner:
-        return page
-    at = page.find(NAV)
-    if at < 0:  # a template without navigation: right after <body>
-        at = page.index("<body>") + len("<body>")
-    return f"{page[:at]}\n{banner}{page[at:]}"
 
 
 def render_fragment(section: Section) -> str:
