@@ -250,3 +250,32 @@ def test_threads_apply_and_restore_the_default():
     assert threads.apply(0) == threads.TORCH_DEFAULT
     with pytest.raises(ValueError):
         threads.apply(-1)
+
+
+def test_gpu_state_reads_nvidia_smi_and_is_empty_where_not_readable(monkeypatch):
+    from perfsuite import environment
+    from perfsuite.device import DeviceInfo
+
+    h200 = DeviceInfo("cuda", "cuda:0", "NVIDIA H200", "CUDA 13.0", 4800.0, 50 << 20, "sm_90")
+    asked: list[list[str]] = []
+
+    def smi(command: list[str]) -> str:
+        asked.append(command)
+        return "1980, 3201, 1980, 41, 118.52"
+
+    monkeypatch.setattr(environment, "_first_line_of", smi)
+    state = environment.gpu_state(h200)
+    assert state == {
+        "sm_mhz": "1980",
+        "mem_mhz": "3201",
+        "max_sm_mhz": "1980",
+        "temp_c": "41",
+        "power_w": "118.52",
+    }
+    assert asked[0][0] == "nvidia-smi" and "--id=0" in asked[0]
+    monkeypatch.setattr(environment, "_first_line_of", lambda command: "")
+    assert environment.gpu_state(h200) == {}  # no nvidia-smi: nothing, never a crash
+    simulated = DeviceInfo(
+        "cuda", "cuda:0", "NVIDIA H200 (simulated)", "CUDA 13.0", 4800.0, 1, simulated=True
+    )
+    assert environment.gpu_state(simulated) == {}
