@@ -16,19 +16,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import sys
 import tempfile
-import threading
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
 from perfsuite import variants
+from perfsuite.interrupts import interruptible
 from perfsuite.scenario import ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -504,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         print("perfsuite: --resume needs --out (the folder of the run to continue)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with _sigterm_interrupts():
+        with interruptible():
             return args.func(args)
     except (ScenarioError, UsageError) as exc:
         print(f"perfsuite: {exc}", file=sys.stderr)
@@ -518,24 +515,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         print(f"perfsuite: internal error: {_one_line(exc)} ({_file_traceback()})", file=sys.stderr)
         return EXIT_INTERNAL
-
-
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (`timeout`, a batch scheduler, `kill`) raises KeyboardInterrupt as SIGINT does, so every
-    command writes what it measured and exits 130. The previous handler is restored afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _one_line(exc: BaseException) -> str:

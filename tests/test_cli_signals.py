@@ -134,3 +134,18 @@ def test_sigterm_mid_sweep_writes_the_results_and_exits_130(tmp_path):
     results = pd.read_csv(out / "results.csv")
     assert 1 <= len(results) < LONG_SWEEP_CASES and (results["status"] == "ok").all()
     assert (out / "report.html").stat().st_size > 0
+
+
+def test_sigint_interrupts_even_when_inherited_as_ignored():
+    """A non-interactive shell starts background jobs with SIGINT ignored; `kill -INT` must still stop
+    a perfsuite command (gpu_check's budgets, a script's cleanup), and the disposition comes back after."""
+    from perfsuite.interrupts import interruptible
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(KeyboardInterrupt), interruptible():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler raises long before
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -38,6 +38,7 @@ import torch
 
 from perfsuite import kernels, variants
 from perfsuite.inputs import dtype_of
+from perfsuite.interrupts import interruptible
 from perfsuite.kernels import plan as plans
 from perfsuite.scenario import Case
 
@@ -164,10 +165,6 @@ def _warm(unit: Warmup) -> Finished:
     return unit, time.perf_counter() - start, ""
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 Finished = tuple[Warmup, float, str]
 """A unit, the seconds its launch took (compile included) and its error ("" when it ran)."""
 
@@ -247,14 +244,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     args = _arguments(argv)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return _warm_scenario(args, start)
+        with interruptible():
+            return _warm_scenario(args, start)
     except KeyboardInterrupt:
         print("warm: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _warm_scenario(args: argparse.Namespace, start: float) -> int:
