@@ -224,7 +224,7 @@ def finish(
     csv_path, json_path = write_tables(frame, out_dir)
     files = {"jsonl": log.path, "csv": csv_path, "json": json_path}
     samples = out_dir / run_dir.LOGS[2]
-    if samples.exists():
+    if samples.exists() and samples.stat().st_size:
         files["samples"] = samples
     draft = pd.DataFrame(draft_log.read())
     (out_dir / "draft.csv").unlink(missing_ok=True)  # only this run's draft rows, never an older file
