@@ -38,8 +38,7 @@ import pandas as pd
 
 from perfsuite import run_noise
 from perfsuite.rank_test import ALPHA, mann_whitney_u, smallest_p_value
-from perfsuite.report.load import load_results
-from perfsuite.results import ResultsLog
+from perfsuite.report.load import load_results, load_samples
 from perfsuite.schema import BASELINES, CASE_KEYS
 from perfsuite.timing import UNSTABLE_SPREAD
 
@@ -50,7 +49,6 @@ FAILING = ("slower", "parity worse", "broken")
 ORDER = ("broken", "parity worse", "slower", "noisy", "skipped now", "faster", "same", "not timed")
 NUMBERS = ("median_us", "p20_us", "p80_us", "bytes_model", "bytes_measured", "spread", "other_cores")
 TEXTS = (*KEYS, "status", "verdict", "case_id", "reason", "run")
-SAMPLES_FILE = "samples.jsonl"
 """A run's raw samples, beside its results (`run_dir.LOGS`): {"case_id", "run", "seconds": [...]} a line."""
 SECONDS = "seconds"
 """The column `load_side` puts a case's raw samples in (a tuple of seconds; None without)."""
@@ -110,26 +108,16 @@ def load_side(path: str | Path) -> pd.DataFrame:
         if plain is None:
             raise
         frame = plain
-    folder = path if path.is_dir() else path.parent
-    samples = read_samples(folder / SAMPLES_FILE) if (folder / SAMPLES_FILE).is_file() else {}
+    logged = load_samples(path)
+    samples = (
+        {}
+        if logged is None
+        else {
+            (case_id, _run_text(run)): tuple(seconds)
+            for case_id, run, seconds in logged.itertuples(index=False)
+        }
+    )  # the last entry of a case and run wins
     return with_samples(_normalized(frame), samples)
-
-
-def read_samples(path: Path) -> dict[tuple[str, str], tuple[float, ...]]:
-    """(case_id, run label) -> the case's seconds, from a samples log; a torn last line, an entry without a
-    case or with a sample that is not a finite number is left out; the last entry of a case and run wins."""
-    out: dict[tuple[str, str], tuple[float, ...]] = {}
-    for entry in ResultsLog(path).read():
-        seconds = entry.get("seconds")
-        case_id = entry.get("case_id")
-        if not isinstance(case_id, str) or not case_id or not isinstance(seconds, list) or not seconds:
-            continue
-        if not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in seconds
-        ):
-            continue
-        out[(case_id, _run_text(entry.get("run")))] = tuple(float(v) for v in seconds)
-    return out
 
 
 def with_samples(frame: pd.DataFrame, samples: dict[tuple[str, str], tuple[float, ...]]) -> pd.DataFrame:
