@@ -26,7 +26,7 @@ import pandas as pd
 
 from perfsuite import variants
 from perfsuite.interrupts import interruptible
-from perfsuite.scenario import ScenarioError, expand, load
+from perfsuite.scenario import SWEEP_CHECKS, ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_REGRESSION = EXIT_PROBLEM = EXIT_PARITY  # the other findings share status 1
@@ -70,6 +70,10 @@ def _scenario(args: argparse.Namespace):
     if getattr(args, "threads", None) is not None:
         timing = dataclasses.replace(scenario.timing, threads=args.threads)
         scenario = dataclasses.replace(scenario, timing=timing)
+    if getattr(args, "variant", None):
+        chosen = SWEEP_CHECKS["variants"]("the command line", "--variant", args.variant)
+        sweeps = tuple(dataclasses.replace(sweep, variants=chosen) for sweep in scenario.sweeps)
+        scenario = dataclasses.replace(scenario, sweeps=sweeps)
     return scenario
 
 
@@ -331,6 +335,13 @@ def _cmd_variants(args: argparse.Namespace) -> int:
     for name in variants.names():
         v = variants.get(name)
         print(f"{name:14s} {v.accuracy:8s} {v.summary}")
+    for name in variants.external_names():  # installed `perfsuite.selectors` entry points
+        try:
+            v = variants.get(name)
+        except variants.ExternalSelectorError as exc:
+            print(f"{name:14s} ERROR    {exc}")
+            continue
+        print(f"{name:14s} {v.accuracy:8s} {v.summary}")
     return EXIT_OK
 
 
@@ -355,6 +366,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     _threads_option(s)
     s.add_argument("--only", help="run only the cases whose case_id matches this glob")
+    s.add_argument(
+        "--variant",
+        action="append",
+        help="run these variants in place of each sweep's (repeat): a built-in name, package.module:function "
+        "or a perfsuite.selectors entry point",
+    )
     s.add_argument("--label", help="the run's label in its rows and reports (default: start time and host)")
     s.add_argument(
         "--counters",

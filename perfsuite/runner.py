@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite import edge_cases, inputs, machine, run_dir, threads, variants
+from perfsuite import edge_cases, inputs, machine, run_dir, threads
 from perfsuite.case_runner import SAMPLES
 from perfsuite.device import DeviceInfo, detect
 from perfsuite.environment import environment, gpu_state
@@ -234,8 +234,10 @@ def finish(
         draft.to_csv(files["draft"], index=False)
     edges = None
     (out_dir / "edge_cases.csv").unlink(missing_ok=True)
-    single_device = set(variants.names())
-    names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if v in single_device))
+    from perfsuite.distributed.tp_variants import is_tp_variant
+
+    # built-in and external single-device selectors
+    names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if not is_tp_variant(v)))
     if names and not interrupted:
         dtypes = list(dict.fromkeys(inputs.dtype_of(d) for s in scenario.sweeps for d in s.dtypes))
         edges = edge_cases.matrix(dtypes, EDGE_TOPK, names, info.device)
