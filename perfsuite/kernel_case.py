@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from perfsuite import inputs, kernels, memory, parity, paths, timing, variants
+from perfsuite import inputs, memory, parity, paths, timing, variants
 from perfsuite.case_runner import Timed, run_case, run_in_turn
 from perfsuite.device import DeviceInfo
 from perfsuite.rows import case_row, figures, launch_of
@@ -64,9 +64,11 @@ class KernelCaseRunner:
         variant = variants.get(case.variant)
         if case.topk > case.vocab:
             return f"topk {case.topk} > vocab {case.vocab}"
-        reason = variant.available(self.device) or paths.unavailable(case.path, self.device)
-        if not reason and variant.available is kernels.availability:  # a Triton kernel
-            reason = kernels.untimed(self.device)
+        reason = (
+            variant.available(self.device)
+            or variant.untimed(self.device)
+            or paths.unavailable(case.path, self.device)
+        )
         if reason:
             return reason
         dtype = inputs.dtype_of(case.dtype)

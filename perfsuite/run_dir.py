@@ -141,20 +141,16 @@ def put_aside(out_dir: Path) -> Path | None:
 
 
 def check_resume(
-    out_dir: Path,
-    manifest: dict[str, object] | None,
-    fingerprint_now: str,
-    settings_now: dict[str, object],
-    logged: set[str],
+    out_dir: Path, manifest: dict[str, object] | None, settings: dict[str, object], logged: set[str]
 ) -> None:
     """Refuse to resume a log written with other settings: `logged` holds the fingerprints its rows carry."""
-    other = logged - {fingerprint_now}
+    other = logged - {fingerprint(settings)}
     if not other:
         return
     what = "rows without a settings fingerprint (an older perfsuite)" if other == {""} else "other settings"
     detail = ""
     if manifest and isinstance(manifest.get("settings"), dict):
-        changed = differences(manifest["settings"], settings_now)  # type: ignore[arg-type]
+        changed = differences(manifest["settings"], settings)  # type: ignore[arg-type]
         detail = f": {'; '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}" if changed else ""
     raise RunRefused(
         f"{out_dir}: cannot --resume: its log holds {what}{detail}; "

@@ -75,7 +75,7 @@ def _run(
 ) -> RunOutcome:
     from perfsuite.draft import expand_draft, run_draft
 
-    in_effect = threads.apply(scenario.timing.threads)
+    threads.apply(scenario.timing.threads)  # the rows record the threads in effect (environment)
     info = detect(scenario.device)
     settings = run_dir.settings_of(scenario, info.name)
     key = run_dir.fingerprint(settings)
@@ -89,17 +89,17 @@ def _run(
     done = {str(row["case_id"]) for row in kept[0]}
     draft_done = {str(row["case_id"]) for row in kept[1]}
     usage = machine.CpuUse()
+    env = environment(info, scenario.name, run=label, settings=key)
     manifest = {
         "label": label,
         "settings_fingerprint": key,
         "settings": settings,
         "scenario_file": scenario.source,
         "started": (earlier or {}).get("started") if resume else _now(),
-        "machine": {**machine.facts(), "threads": in_effect},
+        "machine": {k: env[k] for k in ("cpu_model", "cores", "cpu_quota", "governor", "threads")},
         "start": {"load_avg": usage.load_start, "gpu": gpu_state(info)},
     }
     run_dir.write_manifest(out_dir, manifest)
-    env = environment(info, scenario.name, run=label, settings=key)
     chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
     todo = [case for case in expand(scenario) if case.case_id not in done and chosen(case.case_id)]
     single = [case for case in todo if not is_tensor_parallel(case)]
@@ -125,19 +125,19 @@ def _run(
             draft_log.append(row)
     except KeyboardInterrupt:
         interrupted = True
-    other = usage.overall()
-    shared = machine.sharing_note(other, usage.load_start, machine.load_average())
+    other, load_end = usage.overall(), machine.load_average()
+    shared = machine.sharing_note(other, usage.load_start, load_end)
     if shared:
         _note(notes, shared)
     manifest.update(
         finished=_now(),
         interrupted=interrupted,
-        end={"load_avg": machine.load_average(), "other_cores": other, "gpu": gpu_state(info)},
+        end={"load_avg": load_end, "other_cores": other, "gpu": gpu_state(info)},
         notes=notes,
     )
     run_dir.write_manifest(out_dir, manifest)
     state = {
-        "load average (start, end)": f"{usage.load_start:.2f}, {manifest['end']['load_avg']:.2f}",
+        "load average (start, end)": f"{usage.load_start:.2f}, {load_end:.2f}",
         "other processes' cores (run average)": f"{other:.2f}",
         **{f"gpu at the {when}": _gpu_text(manifest[when]["gpu"]) for when in ("start", "end")},
     }
@@ -157,7 +157,7 @@ def _open_logs(
     if resume:
         kept = [_resumable(log, notes) for log in logs]
         logged = {str(row.get("settings") or "") for rows in kept[:2] for row in rows}
-        run_dir.check_resume(out_dir, earlier, run_dir.fingerprint(settings), settings, logged)
+        run_dir.check_resume(out_dir, earlier, settings, logged)
     else:
         moved = run_dir.put_aside(out_dir)
         if moved:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -41,3 +46,19 @@ max_seconds = 0.01
 """
 """Minutes of CPU cases: the sweep the interruption tests stop long before its end."""
 LONG_SWEEP_CASES = 3 * 2 * 16 * 8 * 4
+
+
+def sigterm_once_started(process: subprocess.Popen, started: Callable[[], bool]) -> tuple[object, object]:
+    """Send SIGTERM to `process` as soon as `started()` holds (checked every 0.1 s, at most 5 minutes),
+    while it still runs; its (stdout, stderr). The process is killed if anything goes wrong."""
+    try:
+        for _ in range(3000):
+            if process.poll() is not None or started():
+                break
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGTERM)
+        return process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()

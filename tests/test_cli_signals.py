@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import LONG_SWEEP, LONG_SWEEP_CASES
+from support import LONG_SWEEP, LONG_SWEEP_CASES, sigterm_once_started
 
 from perfsuite import cli, kernels
 from perfsuite.kernels import resources
@@ -118,17 +118,7 @@ def test_sigterm_mid_sweep_writes_the_results_and_exits_130(tmp_path):
     command = [sys.executable, "-m", "perfsuite", "run", str(scenario), "--out", str(out), "--no-progress"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rows = out / "results.jsonl"
-    try:
-        for _ in range(3000):  # until the first row is logged (at most 5 minutes)
-            if process.poll() is not None or (rows.exists() and rows.stat().st_size):
-                break
-            time.sleep(0.1)
-        assert process.poll() is None, process.communicate()
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    _, stderr = sigterm_once_started(process, lambda: rows.exists() and rows.stat().st_size > 0)
     assert process.returncode == cli.EXIT_INTERRUPTED, stderr[-3000:]
     assert "interrupted: what was measured is written" in stderr and "Traceback" not in stderr
     results = pd.read_csv(out / "results.csv")

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-from support import LONG_SWEEP, LONG_SWEEP_CASES
+from support import LONG_SWEEP, LONG_SWEEP_CASES, sigterm_once_started
 
 from perfsuite import kernels
 
@@ -195,19 +193,9 @@ def test_sigterm_to_the_script_stops_the_stage_and_packs(tmp_path):
     env = _env(tmp_path, "sweep summary", SCENARIO=_long_sweep(tmp_path))
     command = ["bash", str(SCRIPT), str(tmp_path / "out")]
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        for _ in range(3000):  # until the sweep's first row (at most 5 minutes)
-            if process.poll() is not None or any(
-                p.stat().st_size for p in tmp_path.glob("gpu-check.*/work/sweep/results.jsonl")
-            ):
-                break
-            time.sleep(0.1)
-        assert process.poll() is None, process.communicate()
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    stdout, stderr = sigterm_once_started(  # once the sweep logged its first row
+        process, lambda: any(p.stat().st_size for p in tmp_path.glob("gpu-check.*/work/sweep/results.jsonl"))
+    )
     assert process.returncode == 130, stdout.decode()[-3000:] + stderr.decode()[-3000:]
     out = tmp_path / "out"
     _assert_returnable(out)

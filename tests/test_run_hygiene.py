@@ -243,6 +243,15 @@ def test_triton_in_the_interpreter_is_not_timed(monkeypatch):
     monkeypatch.setattr(kernels, "interpreting", lambda: True)
     assert kernels.untimed(torch.device("cpu")) == kernels.NOT_TIMED
     assert kernels.untimed(torch.device("meta")) is None
+    from perfsuite.device import detect
+    from perfsuite.scenario import Case
+
+    runner = KernelCaseRunner(detect("cpu"), {})
+    if kernels.triton_installed():  # a Triton variant checked in the interpreter is a skipped row
+        assert runner.skip_reason(Case("s", "triton_auto", "eager", "float32", 1000, 2, 1, "gaussian")) == (
+            kernels.NOT_TIMED
+        )
+    assert runner.skip_reason(Case("s", "identity", "eager", "float32", 1000, 2, 1, "gaussian")) is None
 
 
 def test_threads_apply_and_restore_the_default():

@@ -63,6 +63,9 @@ class Variant:
     summary: str
     lowest_index_ties: bool = True
     available: Availability = field(default=always_available)
+    untimed: Availability = field(default=always_available)
+    """Why the variant, though it runs on a device, gives no time worth recording there (None: timed):
+    the Triton kernels in Triton's interpreter on a CPU are checked, never timed."""
     launch: Callable[[int, int, int, torch.dtype], str] | None = None
     """How the variant launches a shape (batch, vocab, k, dtype) on the current device, for the results
     (the Triton variants: kernel, splits, tile, warps); None for the others."""

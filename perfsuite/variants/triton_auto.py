@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.kernels import availability, tuned
+from perfsuite.kernels import availability, tuned, untimed
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, Variant, ideal_traffic
 
@@ -51,5 +51,6 @@ VARIANT = Variant(
     summary="Triton, fused or split picked by shape and SM count (the fastest exact kernel by heuristic)",
     lowest_index_ties=True,
     available=availability,
+    untimed=untimed,
     launch=launch,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.kernels import availability
+from perfsuite.kernels import availability, untimed
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, Variant, ideal_traffic
 
@@ -47,5 +47,6 @@ VARIANT = Variant(
     summary="Triton, one program per row, one pass: online softmax + running top-k (exact, no temporaries)",
     lowest_index_ties=True,
     available=availability,
+    untimed=untimed,
     launch=launch,
 )

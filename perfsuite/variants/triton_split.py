@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.kernels import availability
+from perfsuite.kernels import availability, untimed
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, Variant, ideal_traffic
 
@@ -51,5 +51,6 @@ VARIANT = Variant(
     summary="Triton, rows split over (B, n_splits) programs into partial max/sum/top-k, then a merge kernel",
     lowest_index_ties=True,
     available=availability,
+    untimed=untimed,
     launch=launch,
 )
