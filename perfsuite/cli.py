@@ -2,8 +2,9 @@
 
 Exit status (the same for every command):
   0    done
-  1    a finding: an exact variant failed parity (`run`, after writing everything), a regression
-       (`compare`), a kernel that does not compile or spills registers (`kernels`)
+  1    a finding: a case failed parity (`run`, after writing everything: a wrong index, or an exact
+       variant's probability off), a regression (`compare`), a kernel that does not compile or spills
+       registers (`kernels`)
   2    bad input: a malformed scenario or results file, an unknown key, variant or target (one message)
   3    `call` on a case that cannot run here
   4    internal error: one line on stderr naming the file that holds the traceback
@@ -84,6 +85,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     scenario = _scenario(args)
     out_dir = Path(args.out) if args.out else _default_out(scenario.name)
+    shard = _shard(args.shard)
+    if shard is not None:  # every shard of a job array can take the same --out
+        out_dir = out_dir / shard.folder_name
     try:
         outcome = run_scenario(
             scenario,
@@ -93,6 +97,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             counters=args.counters,
             only=args.only,
             label=args.label,
+            shard=shard,
         )
     except RunRefused as exc:
         raise UsageError(str(exc)) from None
@@ -115,13 +120,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "interrupted: what was measured is written; `perfsuite run --resume` continues", file=sys.stderr
         )
         return EXIT_INTERRUPTED
-    failures = outcome.exact_failures
+    failures = outcome.parity_failures
     if len(failures):
-        print(f"PARITY FAILURE: {len(failures)} case(s) of exact variants failed:", file=sys.stderr)
+        print(f"PARITY FAILURE: {len(failures)} case(s) failed parity:", file=sys.stderr)
         for row in failures.head(20).itertuples():
             print(f"  {row.case_id}: {row.problem}", file=sys.stderr)
         return EXIT_PARITY
     return EXIT_OK
+
+
+def _shard(text: str | None):
+    """`--shard I/N` as a `shards.Shard` (None without it); a bad value is a usage error."""
+    from perfsuite import shards
+
+    if text is None:
+        return None
+    try:
+        return shards.parse(text)
+    except shards.ShardError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _print_caveats() -> None:
@@ -233,6 +250,7 @@ def result_keys(args: argparse.Namespace) -> list[str]:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from perfsuite import shards
     from perfsuite.report import build_report, load_many
     from perfsuite.report.load import load_samples, run_notes
 
@@ -241,10 +259,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
     edge_path = args.edge_cases or _sibling(run_dir / "edge_cases.csv", len(args.results))
     draft_path = args.draft or _sibling(run_dir / "draft.csv", len(args.results))
     try:
-        frame = load_many([Path(p) for p in args.results])
-        samples, notes = load_samples(args.results), run_notes(args.results)
-        edges = pd.read_csv(edge_path) if edge_path else None
-        draft = pd.read_csv(draft_path) if draft_path else None
+        merged = shards.load(args.results)
+        if merged is not None:  # the shards of one run (`run --shard`), as one run
+            frame, samples, notes = merged.frame, merged.samples, merged.notes
+            draft = pd.read_csv(args.draft) if args.draft else merged.draft
+            edges = pd.read_csv(args.edge_cases) if args.edge_cases else merged.edge_cases
+            run_dir = merged.folders[0].parent
+        else:
+            frame = load_many([Path(p) for p in args.results])
+            samples, notes = load_samples(args.results), run_notes(args.results)
+            edges = pd.read_csv(edge_path) if edge_path else None
+            draft = pd.read_csv(draft_path) if draft_path else None
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out) if args.out else run_dir / "report.html"
@@ -374,6 +399,13 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--label", help="the run's label in its rows and reports (default: start time and host)")
     s.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only shard I (0-based) of N of the cases, into OUT/shard-I-of-N (a job array's index: "
+        "Slurm $SLURM_ARRAY_TASK_ID, Kubernetes $JOB_COMPLETION_INDEX); `report OUT` and `compare` merge "
+        "them",
+    )
+    s.add_argument(
         "--counters",
         action="store_true",
         help="also measure each case's HBM bytes with hardware counters (ncu on NVIDIA, rocprofv3 on AMD): "
@@ -382,7 +414,12 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_run)
 
     s = sub.add_parser("report", help="rebuild the HTML report from results files")
-    s.add_argument("results", nargs="+", help="results.csv / .json / .jsonl or pytest-benchmark JSON")
+    s.add_argument(
+        "results",
+        nargs="+",
+        help="results.csv / .json / .jsonl, pytest-benchmark JSON, run folders, or the --out of a sharded "
+        "run (or its shard folders): the shards are merged into one run",
+    )
     s.add_argument("--out", help="HTML file (default: report.html beside the first results file)")
     s.add_argument(
         "--edge-cases", help="edge_cases.csv to include (default: the one beside a single run's results)"

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfsuite import run_noise
+from perfsuite import run_noise, shards
 from perfsuite.rank_test import ALPHA, mann_whitney_u, smallest_p_value
 from perfsuite.report.load import load_results, load_samples
 from perfsuite.schema import BASELINES, CASE_KEYS
@@ -101,6 +101,9 @@ def load_side(path: str | Path) -> pd.DataFrame:
     lies beside the results (or inside the run folder); `ValueError` (message starts with the file) when
     it cannot be read."""
     path = Path(path)
+    merged = shards.load([path])
+    if merged is not None:  # a sharded run's --out: its shards as one run
+        return with_samples(_normalized(merged.frame), _samples_by_case(merged.samples))
     try:
         frame = load_results(path)
     except ValueError as exc:
@@ -108,16 +111,16 @@ def load_side(path: str | Path) -> pd.DataFrame:
         if plain is None:
             raise
         frame = plain
-    logged = load_samples(path)
-    samples = (
-        {}
-        if logged is None
-        else {
-            (case_id, _run_text(run)): tuple(seconds)
-            for case_id, run, seconds in logged.itertuples(index=False)
-        }
-    )  # the last entry of a case and run wins
-    return with_samples(_normalized(frame), samples)
+    return with_samples(_normalized(frame), _samples_by_case(load_samples(path)))
+
+
+def _samples_by_case(logged: pd.DataFrame | None) -> dict[tuple[str, str], tuple[float, ...]]:
+    """(case_id, run) -> its samples; the last entry of a case and run wins."""
+    if logged is None:
+        return {}
+    return {
+        (case_id, _run_text(run)): tuple(seconds) for case_id, run, seconds in logged.itertuples(index=False)
+    }
 
 
 def with_samples(frame: pd.DataFrame, samples: dict[tuple[str, str], tuple[float, ...]]) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from pathlib import Path
 import filelock
 
 from perfsuite.scenario import Scenario
+from perfsuite.shards import Shard, shard_of
 
 LOGS = ("results.jsonl", "draft.jsonl", "samples.jsonl")
 DERIVED = ("results.csv", "results.json", "draft.csv", "edge_cases.csv", "report.html", "machine.json")
@@ -156,3 +157,12 @@ def check_resume(
         f"{out_dir}: cannot --resume: its log holds {what}{detail}; "
         "run without --resume (the earlier run moves to earlier/) or pick another --out"
     )
+
+
+def check_resume_shard(out_dir: Path, manifest: dict[str, object] | None, shard: Shard | None) -> None:
+    """Refuse to resume a folder that holds another shard of the run (or an unsharded run, or the reverse)."""
+    before = shard_of(manifest or {})
+    if before != shard:
+        was = f"shard {before}" if before else "an unsharded run"
+        now = f"shard {shard}" if shard else "an unsharded run"
+        raise RunRefused(f"{out_dir}: cannot --resume {now}: the folder holds {was}")

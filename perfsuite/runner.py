@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite import edge_cases, inputs, machine, run_dir, threads
+from perfsuite import edge_cases, inputs, machine, run_dir, shards, threads
 from perfsuite.case_runner import SAMPLES
 from perfsuite.device import DeviceInfo, detect
 from perfsuite.environment import environment, gpu_state
@@ -38,9 +38,11 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)  # warnings for the console and the report's top
 
     @property
-    def exact_failures(self) -> pd.DataFrame:
+    def parity_failures(self) -> pd.DataFrame:
+        """Rows whose parity verdict is "fail": an index the reference ranks lower (any variant, argmax
+        and indices-only selectors included) or an exact variant's probability off."""
         f = self.frame
-        return f[(f["accuracy"] == "exact") & (f["verdict"] == "fail")]
+        return f[f["verdict"] == "fail"]
 
 
 def run_scenario(
@@ -52,16 +54,19 @@ def run_scenario(
     counters: bool = False,
     only: str | None = None,
     label: str | None = None,
+    shard: shards.Shard | None = None,
 ) -> RunOutcome:
     """Run every case of a scenario into `out_dir`: results.jsonl as it goes, then CSV, JSON and HTML.
 
     The variants of one shape and path are sampled in turn (`KernelCaseRunner.run_in_turn`). `only`: a
-    glob on case ids. `counters`: also measure each ok case's HBM bytes with the vendor's counter tool
-    (slow; see counters.py). Raises `run_dir.RunRefused` when another run holds `out_dir` or `resume`
-    meets a log of other settings; without `resume`, an earlier run's files move to `out_dir/earlier/`.
+    glob on case ids. `shard`: only that shard's cases (`perfsuite.shards`; the edge-case matrix runs in
+    shard 0 only), recorded in `run.json`. `counters`: also measure each ok case's HBM bytes with the
+    vendor's counter tool (slow; see counters.py). Raises `run_dir.RunRefused` when another run holds
+    `out_dir`, or `resume` meets a log of other settings or of another shard; without `resume`, an
+    earlier run's files move to `out_dir/earlier/`.
     """
     with run_dir.claimed(out_dir):
-        return _run(scenario, out_dir, resume, progress, counters, only, label)
+        return _run(scenario, out_dir, resume, progress, counters, only, label, shard)
 
 
 def _run(
@@ -72,6 +77,7 @@ def _run(
     counters: bool,
     only: str | None,
     label: str | None,
+    shard: shards.Shard | None,
 ) -> RunOutcome:
     from perfsuite.draft import expand_draft, run_draft
 
@@ -80,6 +86,8 @@ def _run(
     settings = run_dir.settings_of(scenario, info.name)
     key = run_dir.fingerprint(settings)
     earlier = run_dir.read_manifest(out_dir)
+    if resume:
+        run_dir.check_resume_shard(out_dir, earlier, shard)
     notes: list[str] = []
     logs, kept = _open_logs(out_dir, resume, earlier, settings, notes)
     if resume:
@@ -99,12 +107,16 @@ def _run(
         "machine": {k: env[k] for k in ("cpu_model", "cores", "cpu_quota", "governor", "threads")},
         "start": {"load_avg": usage.load_start, "gpu": gpu_state(info)},
     }
+    if shard is not None:
+        manifest["shard"] = {"index": shard.index, "count": shard.count}
     run_dir.write_manifest(out_dir, manifest)
     chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
-    todo = [case for case in expand(scenario) if case.case_id not in done and chosen(case.case_id)]
+    mine = shards.select(expand(scenario), unit_of, shard)
+    todo = [case for case in mine if case.case_id not in done and chosen(case.case_id)]
     single = [case for case in todo if not is_tensor_parallel(case)]
     parallel = [case for case in todo if is_tensor_parallel(case)]
-    drafts = [c for c in expand_draft(scenario) if c.case_id not in draft_done and chosen(c.case_id)]
+    my_drafts = shards.select(expand_draft(scenario), lambda c: getattr(c, "config_key", c.case_id), shard)
+    drafts = [c for c in my_drafts if c.case_id not in draft_done and chosen(c.case_id)]
     collector = None
     if counters:
         from perfsuite.counters import CounterCollector
@@ -141,7 +153,10 @@ def _run(
         "other processes' cores (run average)": f"{other:.2f}",
         **{f"gpu at the {when}": _gpu_text(manifest[when]["gpu"]) for when in ("start", "end")},
     }
-    return finish(scenario, out_dir, log, draft_log, info, {**env, **state}, interrupted, notes)
+    if shard is not None:
+        state["shard"] = f"{shard} ({len(mine)} cases, {len(my_drafts)} draft cases)"
+    edges = shard is None or shard.first
+    return finish(scenario, out_dir, log, draft_log, info, {**env, **state}, interrupted, notes, edges)
 
 
 def _gpu_text(state: dict[str, object]) -> str:
@@ -173,8 +188,16 @@ def same_shape(cases: list[Case]) -> list[list[Case]]:
     each group is sampled in turn."""
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
-        groups.setdefault((case.tp, case.input_key, case.topk, case.path), []).append(case)
+        groups.setdefault(unit_of(case), []).append(case)
     return list(groups.values())
+
+
+def unit_of(case: Case) -> tuple:
+    """The cases that run together (one shard's unit): the variants of one shape and path, or one
+    tensor-parallel size's cases (one torchrun launch)."""
+    if is_tensor_parallel(case):
+        return ("tp", case.tp)
+    return (case.tp, case.input_key, case.topk, case.path)
 
 
 def _log_row(row: dict[str, object], log: ResultsLog, samples_log: ResultsLog) -> None:
@@ -217,9 +240,10 @@ def finish(
     env: dict[str, object],
     interrupted: bool,
     notes: list[str],
+    edge_matrix: bool = True,
 ) -> RunOutcome:
-    """Turn the logs into tables, the edge-case matrix and the HTML report (the report last: every table
-    is on disk before anything imports it)."""
+    """Turn the logs into tables, the edge-case matrix (`edge_matrix`: in this run) and the HTML report
+    (the report last: every table is on disk before anything imports it)."""
     frame = add_speedups(to_frame(log.read()), only_missing=True)
     csv_path, json_path = write_tables(frame, out_dir)
     files = {"jsonl": log.path, "csv": csv_path, "json": json_path}
@@ -238,7 +262,7 @@ def finish(
 
     # built-in and external single-device selectors
     names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if not is_tp_variant(v)))
-    if names and not interrupted:
+    if names and edge_matrix and not interrupted:
         dtypes = list(dict.fromkeys(inputs.dtype_of(d) for s in scenario.sweeps for d in s.dtypes))
         edges = edge_cases.matrix(dtypes, EDGE_TOPK, names, info.device)
         files["edge_cases"] = out_dir / "edge_cases.csv"

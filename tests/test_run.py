@@ -96,6 +96,30 @@ def test_an_exact_variant_failing_parity_exits_1_after_writing_everything(tmp_pa
     assert "PARITY FAILURE" in capsys.readouterr().err
 
 
+WRONG_ARGMAX = """
+import torch
+
+def wrong_argmax(logits, k):
+    return torch.topk(logits, k, dim=-1, largest=False).indices  # the smallest logits: wrong tokens
+
+wrong_argmax.__perfsuite_selector__ = {"accuracy": "exact", "outputs": "indices"}
+"""
+
+
+def test_an_indices_only_selector_with_wrong_indices_fails_the_run(tmp_path, monkeypatch, capsys):
+    """An argmax kernel claims no probabilities (judged "inexact" at best) but its indices still count:
+    a wrong index is a parity failure and exit status 1, like an exact variant's."""
+    (tmp_path / "wrong_kernels.py").write_text(WRONG_ARGMAX)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out = run(tmp_path, names=["identity", "wrong_kernels:wrong_argmax"])
+    assert code == 1
+    frame = pd.read_csv(out / "results.csv")
+    wrong = frame[(frame["variant"] == "wrong_kernels:wrong_argmax") & (frame["status"] == "ok")]
+    assert set(wrong[wrong["batch"] == 3]["verdict"]) == {"fail"}
+    assert set(wrong["accuracy"]) == {"inexact"}
+    assert "PARITY FAILURE" in capsys.readouterr().err
+
+
 def test_a_crashing_case_is_recorded_and_the_sweep_goes_on(tmp_path, extra_variants):
     code, out = run(tmp_path, names=["crashing", "identity"])
     assert code == 0

@@ -1,0 +1,251 @@
+"""Sharded sweeps: one scenario split over many machines (`run --shard I/N`), and the shards merged back.
+
+The split is deterministic: every machine that expands the same scenario computes the same shards. Its unit
+is a group of cases that must run together, the variants of one shape and path (they are sampled in turn,
+and their speedups pair within the group), one tensor-parallel size's cases, or one draft configuration.
+Units go to shards largest first, each to the shard with the least estimated work so far (ties to the
+lower index), so the shards take about the same time. The estimate of a unit: its cases, each weighted by
+the bytes of its logits (`1 + batch * vocab * itemsize / 1 MiB`): a timed case costs at least its rounds
+whatever its size, and more with more bytes.
+
+A shard writes an ordinary run folder whose `run.json` says `shard: {index, count}`. `merge` reads the
+folders of the shards of one run back as one run: it refuses shards of different scenarios or settings
+(their fingerprints differ), shards of different counts, and the same shard twice; a missing shard is a
+note, not a refusal (what was measured is shown). Rows and samples keep their case ids; their `run`
+label becomes one label for all shards (the shards' common label, else the first shard's), so the report
+and `compare` see one run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import pandas as pd
+
+from perfsuite import inputs
+
+T = TypeVar("T")
+MANIFEST = "run.json"
+MIB = 1 << 20
+
+
+class ShardError(ValueError):
+    """A bad `--shard` value, or shard folders that are not the shards of one run (one line)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` (0-based) of `count`."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    @property
+    def folder_name(self) -> str:
+        """The sub-folder of `--out` a shard writes into: shard-I-of-N."""
+        return f"shard-{self.index}-of-{self.count}"
+
+    @property
+    def first(self) -> bool:
+        """The shard that also runs the per-run extras (the edge-case matrix)."""
+        return self.index == 0
+
+
+def parse(text: str) -> Shard:
+    """`I/N` with 0 <= I < N (a Slurm array index or a Kubernetes completion index as it comes)."""
+    index_text, slash, count_text = str(text).strip().partition("/")
+    try:
+        index, count = int(index_text), int(count_text)
+    except ValueError:
+        index, count = -1, 0
+    if not slash or count < 1 or not 0 <= index < count:
+        raise ShardError(f"--shard: expected I/N with 0 <= I < N (e.g. 0/8), got {text!r}")
+    return Shard(index, count)
+
+
+def assign(units: Sequence[T], weight: Callable[[T], float], count: int) -> list[int]:
+    """The shard of each unit: largest first to the least loaded shard (ties: input order, lower shard)."""
+    order = sorted(range(len(units)), key=lambda i: (-weight(units[i]), i))
+    loads = [(0.0, shard) for shard in range(count)]
+    heapq.heapify(loads)
+    owner = [0] * len(units)
+    for i in order:
+        load, shard = heapq.heappop(loads)
+        owner[i] = shard
+        heapq.heappush(loads, (load + weight(units[i]), shard))
+    return owner
+
+
+def _case_weight(case: object) -> float:
+    """One case's estimated cost: a fixed part plus its logits' MiB (kernel and draft cases alike)."""
+    head = getattr(case, "head", None)
+    source = head if head is not None else case
+    dtype = getattr(source, "dtype", "float32")
+    try:
+        itemsize = inputs.dtype_of(dtype).itemsize
+    except (KeyError, ValueError, TypeError):
+        itemsize = 4
+    vocab = int(getattr(source, "vocab", 0) or 0)
+    return 1.0 + int(getattr(case, "batch", 1) or 0) * vocab * itemsize / MIB
+
+
+def select(cases: Iterable[T], key: Callable[[T], Hashable], shard: Shard | None) -> list[T]:
+    """The cases of `shard`, in their order; units are the groups of equal `key`. None: every case."""
+    cases = list(cases)
+    if shard is None:
+        return cases
+    groups: dict[Hashable, list[T]] = {}
+    for case in cases:
+        groups.setdefault(key(case), []).append(case)
+    units = list(groups.values())
+    owner = assign(units, lambda unit: sum(_case_weight(c) for c in unit), shard.count)
+    mine = {id(case) for unit, who in zip(units, owner, strict=True) if who == shard.index for case in unit}
+    return [case for case in cases if id(case) in mine]
+
+
+# ---------------------------------------------------------------- merging
+
+
+@dataclass
+class Merged:
+    """The folders of one sharded run, checked: in shard order, with the label the merged rows carry."""
+
+    folders: list[Path]
+    label: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _manifest(folder: Path) -> dict[str, object]:
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def shard_of(manifest: dict[str, object]) -> Shard | None:
+    """The shard a run folder's manifest records (None: an unsharded run)."""
+    value = manifest.get("shard")
+    if not isinstance(value, dict):
+        return None
+    try:
+        return Shard(int(value["index"]), int(value["count"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def shard_folders(path: Path) -> list[Path]:
+    """The shard run folders directly inside `path` (a `--shard` run's `--out`), by name; [] if none."""
+    if not path.is_dir() or (path / MANIFEST).is_file():
+        return []
+    return sorted(p for p in path.iterdir() if p.is_dir() and shard_of(_manifest(p)) is not None)
+
+
+def expand(paths: Iterable[str | Path]) -> list[Path]:
+    """Results paths with every folder of shard folders replaced by its shards."""
+    out: list[Path] = []
+    for item in paths:
+        path = Path(item)
+        out += shard_folders(path) or [path]
+    return out
+
+
+def merge(paths: Sequence[str | Path]) -> Merged | None:
+    """Check that the run folders among `paths` are the shards of one run; None when none is a shard.
+    `ShardError` when sharded folders are mixed with others, or differ in settings or shard count, or a
+    shard comes twice."""
+    folders = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
+    manifests = [_manifest(f) for f in folders]
+    shards = [shard_of(m) for m in manifests]
+    if all(s is None for s in shards):
+        return None
+    if any(s is None for s in shards):
+        plain = [str(f) for f, s in zip(folders, shards, strict=True) if s is None]
+        raise ShardError(f"{plain[0]}: not a shard, but given with shards; merge shards of one run only")
+    first = manifests[0]
+    for folder, manifest, shard in zip(folders, manifests, shards, strict=True):
+        assert shard is not None
+        if manifest.get("settings_fingerprint") != first.get("settings_fingerprint"):
+            raise ShardError(
+                f"{folder}: shard of other settings than {folders[0]} "
+                f"({manifest.get('scenario_file')} {manifest.get('settings_fingerprint')} vs "
+                f"{first.get('scenario_file')} {first.get('settings_fingerprint')}); merge shards of one run"
+            )
+        if shard.count != shards[0].count:  # type: ignore[union-attr]
+            raise ShardError(f"{folder}: shard {shard} of another split than {folders[0]} ({shards[0]})")
+    seen: dict[int, Path] = {}
+    for folder, shard in zip(folders, shards, strict=True):
+        assert shard is not None
+        if shard.index in seen:
+            raise ShardError(f"{folder}: shard {shard} given twice (also {seen[shard.index]})")
+        seen[shard.index] = folder
+    count = shards[0].count  # type: ignore[union-attr]
+    ordered = sorted(seen)
+    labels = {i: str(manifests[folders.index(seen[i])].get("label") or "") for i in ordered}
+    label = labels[ordered[0]]
+    notes = []
+    missing = sorted(set(range(count)) - set(seen))
+    if missing:
+        notes.append(
+            f"shards {', '.join(str(i) for i in missing)} of {count} are missing: their cases are not shown"
+        )
+    if len(set(labels.values())) > 1:
+        notes.append(
+            f"the shards' labels differ ({', '.join(sorted(set(labels.values())))}): merged as run {label}"
+        )
+    unfinished = [str(seen[i]) for i in ordered if manifests[folders.index(seen[i])].get("interrupted")]
+    if unfinished:
+        notes.append(f"interrupted shards (partial): {', '.join(unfinished)}")
+    return Merged([seen[i] for i in ordered], label, notes)
+
+
+def relabel(frame: pd.DataFrame | None, label: str) -> pd.DataFrame | None:
+    """`frame` with its `run` column set to the merged run's label (rows and samples alike)."""
+    if frame is None or "run" not in frame:
+        return frame
+    frame = frame.copy()
+    frame["run"] = label
+    return frame
+
+
+@dataclass
+class MergedRun:
+    """The shards of one run read back as one: rows, raw samples, notes and the companion tables."""
+
+    frame: pd.DataFrame
+    samples: pd.DataFrame | None
+    notes: list[str]
+    draft: pd.DataFrame | None
+    edge_cases: pd.DataFrame | None
+    folders: list[Path]
+
+
+def load(paths: Sequence[str | Path]) -> MergedRun | None:
+    """The shard folders among `paths` (folders of shard folders expanded) read as one run; None when
+    no path is a shard. `ShardError` as `merge`; a results file that cannot be read: `ValueError`."""
+    from perfsuite.report.load import load_many, load_samples, run_notes
+
+    merged = merge(expand(paths))
+    if merged is None:
+        return None
+    folders = merged.folders
+    frame = relabel(load_many(folders), merged.label)
+    assert frame is not None
+    drafts = [pd.read_csv(f / "draft.csv") for f in folders if (f / "draft.csv").is_file()]
+    edges = [f / "edge_cases.csv" for f in folders if (f / "edge_cases.csv").is_file()]
+    return MergedRun(
+        frame=frame,
+        samples=relabel(load_samples(folders), merged.label),
+        notes=merged.notes + run_notes(folders),
+        draft=relabel(pd.concat(drafts, ignore_index=True), merged.label) if drafts else None,
+        edge_cases=pd.read_csv(edges[0]) if edges else None,
+        folders=folders,
+    )
