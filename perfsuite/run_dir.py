@@ -160,8 +160,11 @@ def check_resume(
 
 
 def check_resume_shard(out_dir: Path, manifest: dict[str, object] | None, shard: Shard | None) -> None:
-    """Refuse to resume a folder that holds another shard of the run (or an unsharded run, or the reverse)."""
-    before = shard_of(manifest or {})
+    """Refuse to resume a folder that holds another shard of the run (or an unsharded run, or the reverse);
+    an empty folder (no `run.json`) resumes as a fresh run."""
+    if manifest is None:
+        return
+    before = shard_of(manifest)
     if before != shard:
         was = f"shard {before}" if before else "an unsharded run"
         now = f"shard {shard}" if shard else "an unsharded run"

@@ -145,3 +145,6 @@ def test_resume_refuses_another_shard_in_the_folder(tmp_path, capsys):
     capsys.readouterr()
     assert run_shard(scenario, out, "1/2", "--resume") == cli.EXIT_USAGE
     assert "holds shard 0/2" in capsys.readouterr().err
+    # a job array's retry passes --resume always: a shard's first start resumes nothing, and runs
+    assert run_shard(scenario, tmp_path / "fresh", "1/2", "--resume") == 0
+    assert json.loads((tmp_path / "fresh" / "shard-1-of-2" / "run.json").read_text())["shard"]["index"] == 1
