@@ -1,11 +1,15 @@
-"""Logits generators: the distributions a draft head produces, and the ones that break selectors."""
+"""Logits generators: the distributions a draft head produces, and the ones that break selectors; and
+logits read from files (`file:NAME` kinds, `perfsuite.logits_files`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
+
+from perfsuite import logits_files
+from perfsuite.logits_files import LogitsSource
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -102,6 +106,15 @@ KINDS: dict[str, Generator] = {
 }
 
 
+def file_source(kind: str, files: Sequence[LogitsSource]) -> LogitsSource:
+    """The source a `file:NAME` kind names among a scenario's `[inputs.files]`."""
+    for source in files:
+        if source.kind == kind:
+            return source
+    known = ", ".join(s.kind for s in files) or "none"
+    raise KeyError(f"logits kind {kind!r} names no [inputs.files] entry; known: {known}")
+
+
 def make_logits(
     kind: str,
     batch: int,
@@ -112,17 +125,26 @@ def make_logits(
     device: torch.device | str = "cpu",
     row_pad: int = 0,
     scale: float = DEFAULT_SCALE,
+    files: Sequence[LogitsSource] = (),
 ) -> torch.Tensor:
-    """Logits `[batch, vocab]` of one distribution, generated on `device` from `seed`.
+    """Logits `[batch, vocab]` of one distribution, generated on `device` from `seed`, or read from the
+    file source a `file:NAME` kind names in `files` (rows picked from `seed`, converted to `dtype`;
+    `vocab` must be the file's V; `scale` does not apply).
 
     With `row_pad > 0` the result is a row-strided view of a `[batch, vocab + row_pad]` buffer whose
     padding holds the dtype's largest value, so a selector that reads past a row's end gets caught.
     """
-    if kind not in KINDS:
-        raise KeyError(f"unknown logits kind {kind!r}; known: {', '.join(KINDS)}")
     device = torch.device(device)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    values = KINDS[kind]((batch, vocab), gen, device, scale, dtype).to(dtype)
+    if logits_files.is_file_kind(kind):
+        source = file_source(kind, files)
+        if vocab != source.vocab:
+            raise ValueError(f"{kind} ({source.path}) has V {source.vocab}, not {vocab}")
+        values = logits_files.read_rows(source, batch, seed, dtype).to(device)
+    elif kind in KINDS:
+        gen = torch.Generator(device=device).manual_seed(seed)
+        values = KINDS[kind]((batch, vocab), gen, device, scale, dtype).to(dtype)
+    else:
+        raise KeyError(f"unknown logits kind {kind!r}; known: {', '.join(KINDS)}")
     if row_pad == 0:
         return values
     buffer = torch.full((batch, vocab + row_pad), torch.finfo(dtype).max, dtype=dtype, device=device)
@@ -133,3 +155,11 @@ def make_logits(
 def bytes_needed(batch: int, vocab: int, dtype: torch.dtype, row_pad: int = 0) -> int:
     """Device memory the logits buffer takes."""
     return batch * (vocab + row_pad) * dtype.itemsize
+
+
+def host_bytes_needed(kind: str, batch: int, files: Sequence[LogitsSource] = ()) -> int:
+    """Host memory making the logits takes beyond the buffer: reading a file source's rows (0 for the
+    generated kinds)."""
+    if not logits_files.is_file_kind(kind):
+        return 0
+    return logits_files.host_bytes(file_source(kind, files), batch)

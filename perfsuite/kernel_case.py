@@ -12,6 +12,7 @@ import torch
 from perfsuite import inputs, memory, parity, paths, timing, variants
 from perfsuite.case_runner import Timed, run_case, run_in_turn
 from perfsuite.device import DeviceInfo
+from perfsuite.logits_shape import ShapeMemo
 from perfsuite.rows import case_row, figures, launch_of
 from perfsuite.scenario import Case
 
@@ -25,6 +26,7 @@ class KernelCaseRunner:
     _logits: tuple[tuple, torch.Tensor] | None = None
     _truth: tuple[tuple, parity.Reference, tuple[torch.Tensor, torch.Tensor]] | None = None
     counters: Callable[[Case], dict[str, object]] | None = None  # measured bytes (`run --counters`)
+    shapes: ShapeMemo = field(default_factory=ShapeMemo)  # the logits' distribution figures, per tensor
     device: torch.device = field(init=False)
 
     def __post_init__(self) -> None:
@@ -46,6 +48,7 @@ class KernelCaseRunner:
                     device=self.device,
                     row_pad=case.inputs.row_pad,
                     scale=case.inputs.scale,
+                    files=case.inputs.files,
                 ),
             )
         return self._logits[1]
@@ -79,7 +82,8 @@ class KernelCaseRunner:
             + 2 * variant.traffic(case.batch, case.vocab, case.topk, dtype).temp
             + elements * dtype.itemsize  # the baseline's probabilities
         )
-        return memory.fits(need, self.device)
+        host = inputs.host_bytes_needed(case.logits, case.batch, case.inputs.files)
+        return memory.fits(need, self.device, host_bytes=host)
 
     def run(self, case: Case) -> dict[str, object]:
         """Measure one case; always returns a row (status ok, skipped or error)."""
@@ -117,7 +121,8 @@ class KernelCaseRunner:
         prepared, check, peak_temp = self.prepare(case)
 
         def row(samples: timing.Samples) -> dict[str, object]:
-            out = {**check.as_row(), **self.figures(case, samples, peak_temp)}
+            shape = self.shapes.columns((case.input_key, case.inputs), self.logits(case), case.topk)
+            out = {**check.as_row(), **self.figures(case, samples, peak_temp), **shape}
             if self.counters is not None:
                 self.release()  # the counter tool's process needs the memory this one cached
                 out.update(self.counters(case))

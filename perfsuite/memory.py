@@ -61,12 +61,18 @@ def available_bytes(device: torch.device) -> int:
     return machine.host_available_bytes()
 
 
-def fits(nbytes: int, device: torch.device) -> str | None:
-    """None when a case needing `nbytes` fits; else the reason it is skipped."""
-    free = available_bytes(device)
-    if nbytes <= MEMORY_HEADROOM * free:
-        return None
-    return f"needs about {nbytes / 2**30:.2f} GiB of {device.type} memory, {free / 2**30:.2f} GiB free"
+def fits(nbytes: int, device: torch.device, host_bytes: int = 0) -> str | None:
+    """None when a case needing `nbytes` on `device` and `host_bytes` of host memory (reading its logits
+    from a file) fits; else the reason it is skipped. On a CPU both come out of the same memory."""
+    host = torch.device("cpu")
+    needs = [(nbytes + host_bytes, host)] if device.type == "cpu" else [(nbytes, device), (host_bytes, host)]
+    for need, where in needs:
+        if not need:
+            continue
+        free = available_bytes(where)
+        if need > MEMORY_HEADROOM * free:
+            return f"needs about {need / 2**30:.2f} GiB of {where.type} memory, {free / 2**30:.2f} GiB free"
+    return None
 
 
 def _cpu_peak_from_profiler(prof: profile) -> int:

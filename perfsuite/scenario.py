@@ -10,26 +10,33 @@ A scenario names what to sweep and how to time it:
     vocab = [32000, 151936]
     batch = [1, 64]
     topk = [1, 8]
-    logits = ["gaussian", "peaked", "near_ties"]
+    logits = ["gaussian", "peaked", "near_ties"]   # also "file:NAME", a file of [inputs.files]
     [timing]
     warmup = 10
     reps = 100
     [inputs]
     seed = 0
+    [inputs.files]               # logits read from files (perfsuite.logits_files), relative to this file
+    draft_head = "data/draft_head_logits.pt"   # or { path = "dumps/", tensor = "logits" }
+
+A sweep with `file:` kinds runs at its files' V: leave its `vocab` out (or give only that V), and give
+files of other V, other vocabularies and tp > 1 their own [[sweep]].
 
 Every problem is reported as one `ScenarioError` naming the file, the key and what is allowed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite import checks, inputs, variants
+from perfsuite import checks, inputs, logits_files, variants
 from perfsuite.checks import ScenarioError
 from perfsuite.paths import PATHS
 from perfsuite.settings import Inputs, Timing
@@ -146,10 +153,39 @@ TIMING_CHECKS = {
     "graph_unroll": checks.scalar("an integer from 1 to 1000", lambda v: checks.is_int(v) and 1 <= v <= 1000),
     "threads": _int_at_least(0),
 }
+FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _check_files(source: str, key: str, value: Any) -> tuple[logits_files.LogitsSource, ...]:
+    """`[inputs.files]`: NAME = "path" or { path = "...", tensor = "..." }, a file or folder relative to the
+    scenario file, inspected now: one that cannot be used is a one-line error naming it."""
+    if not isinstance(value, dict):
+        raise checks.fail(source, key, f'expected a table of NAME = "path", got {value!r}')
+    found = []
+    for name, entry in value.items():
+        where = f"{key}.{name}"
+        if not FILE_NAME.fullmatch(name):
+            raise checks.fail(source, where, "expected a name of letters, digits, '_', '.' and '-'")
+        entry = {"path": entry} if isinstance(entry, str) else entry
+        if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+            expected = 'expected "path" or { path = "...", tensor = "..." }'
+            raise checks.fail(source, where, f"{expected}, got {entry!r}")
+        checks.unknown_keys(source, where, entry, ("path", "tensor"))
+        if "path" not in entry:
+            raise checks.fail(source, where, "missing path")
+        path = Path(source).parent / Path(entry["path"]).expanduser()
+        try:
+            found.append(logits_files.inspect(name, path, entry.get("tensor", "")))
+        except logits_files.LogitsFileError as exc:
+            raise checks.fail(source, where, str(exc)) from None
+    return tuple(found)
+
+
 INPUT_CHECKS = {
     "seed": _int_at_least(0),
     "row_pad": _int_at_least(0),
     "scale": checks.scalar("a finite number > 0", lambda v: checks.is_number(v) and 0 < v < math.inf, float),
+    "files": _check_files,
 }
 TOP_LEVEL = ("name", "description", "device", "sweep", "timing", "inputs")
 EXTRA_TABLES = ("draft",)
@@ -163,6 +199,49 @@ def _table(source: str, name: str, raw: Any, table_checks: dict[str, checks.Chec
     return cls(**values)
 
 
+def _check_logits(files: tuple[logits_files.LogitsSource, ...]) -> checks.Check:
+    """Generated kinds, and `file:NAME` for each NAME of [inputs.files]."""
+    kinds = [f.kind for f in files]
+    known = checks.names(lambda: [*inputs.KINDS, *kinds], "logits kind")
+
+    def check(source: str, key: str, value: Any) -> tuple[str, ...]:
+        for item in checks.as_list(value):
+            if isinstance(item, str) and logits_files.is_file_kind(item) and item not in kinds:
+                names = ", ".join(f.name for f in files) or "none"
+                message = f'{item!r} names no [inputs.files] entry (NAME = "path"); entries: {names}'
+                raise checks.fail(source, key, message)
+        return known(source, key, value)
+
+    return check
+
+
+def _sweep(source: str, name: str, raw: Any, files: tuple[logits_files.LogitsSource, ...]) -> Sweep:
+    """One sweep table; one with `file:` kinds runs at its files' V (`vocab` left out, or only that V) on
+    one device."""
+    sweep = _table(source, name, raw, {**SWEEP_CHECKS, "logits": _check_logits(files)}, Sweep)
+    used = [inputs.file_source(kind, files) for kind in sweep.logits if logits_files.is_file_kind(kind)]
+    if not used:
+        return sweep
+    if max(sweep.tp) > 1:
+        message = "file logits run on one device (tp = 1): give them a [[sweep]] of their own"
+        raise checks.fail(source, f"[{name}].tp", message)
+    vocabs = dict.fromkeys(f.vocab for f in used)
+    described = ", ".join(f"{f.kind} has V {f.vocab}" for f in used)
+    if len(vocabs) > 1:
+        message = f"{described}: give files of different V a [[sweep]] each"
+        raise checks.fail(source, f"[{name}].logits", message)
+    (vocab,) = vocabs
+    if "vocab" not in raw:
+        return dataclasses.replace(sweep, vocab=(vocab,))
+    if sweep.vocab != (vocab,):
+        message = (
+            f"{described}: a sweep with file logits runs at the file's V: leave vocab out or give {vocab} "
+            "(other vocabularies in a [[sweep]] of their own)"
+        )
+        raise checks.fail(source, f"[{name}].vocab", message)
+    return sweep
+
+
 def parse(data: dict[str, Any], source: str) -> Scenario:
     """Validate a parsed TOML document."""
     checks.unknown_keys(source, "", data, [*TOP_LEVEL, *EXTRA_TABLES])
@@ -174,10 +253,9 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         raise checks.fail(source, "device", f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     # a file with only [draft] tables has no kernel-level sweep; `sweep = []` says so explicitly
     raw_sweeps = data.get("sweep", [] if "draft" in data else {})
+    given = _table(source, "inputs", data.get("inputs", {}), INPUT_CHECKS, Inputs)  # files before sweeps
     sweeps = tuple(
-        _table(
-            source, "sweep" if isinstance(raw_sweeps, dict) else f"sweep#{i + 1}", raw, SWEEP_CHECKS, Sweep
-        )
+        _sweep(source, "sweep" if isinstance(raw_sweeps, dict) else f"sweep#{i + 1}", raw, given.files)
         for i, raw in enumerate(raw_sweeps if isinstance(raw_sweeps, list) else [raw_sweeps])
     )
     if "draft" in data:
@@ -191,7 +269,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         device=device,
         sweeps=sweeps,
         timing=_table(source, "timing", data.get("timing", {}), TIMING_CHECKS, Timing),
-        inputs=_table(source, "inputs", data.get("inputs", {}), INPUT_CHECKS, Inputs),
+        inputs=given,
         extra={key: data[key] for key in EXTRA_TABLES if key in data},
     )
 
@@ -214,7 +292,11 @@ def load(path: str | Path) -> Scenario:
 
 
 def expand(scenario: Scenario) -> list[Case]:
-    """All cases, ordered so that cases sharing one logits tensor (and one k) run back to back."""
+    """All cases, ordered so that cases sharing one logits tensor (and one k) run back to back.
+
+    A single-device variant on the compile path brings the baseline compiled at the same shape when its
+    sweep leaves the baseline out (`with_compiled_baseline`): a compiled variant's speedup is always
+    over a compiled full_softmax, never an eager one."""
     cases: dict[str, Case] = {}
     for sweep in scenario.sweeps:
         grid = itertools.product(
@@ -238,5 +320,16 @@ def expand(scenario: Scenario) -> list[Case]:
                 inputs=scenario.inputs,
                 tp=tp,
             )
-            cases.setdefault(case.case_id, case)
+            for each in with_compiled_baseline(case):
+                cases.setdefault(each.case_id, each)
     return sorted(cases.values(), key=lambda c: (c.tp, *c.input_key, c.topk))
+
+
+def with_compiled_baseline(case: Case) -> list[Case]:
+    """The case, and before it the baseline on the same path and shape where the case is a single-device
+    variant on the compile path (tensor-parallel cases run eagerly only, perfsuite.distributed)."""
+    from perfsuite.distributed import tp_variants
+
+    if case.path != "compile" or case.tp != 1 or tp_variants.is_tp_variant(case.variant):
+        return [case]
+    return [dataclasses.replace(case, variant=variants.BASELINE), case]

@@ -68,6 +68,10 @@ RESULT_COLUMNS: dict[str, str] = {
     "p_relerr_base": "max relative difference of topk_p from full_softmax where indices agree",
     "finite_rows": "rows whose softmax is defined (-inf entries allowed); parity is judged on these",
     "nonfinite_rows": "rows with NaN, +inf or only -inf logits (see the edge-case matrix)",
+    "top1_prob": "the logits' shape: mean top-1 softmax probability over rows (float64, logits in the dtype)",
+    "entropy_nats": "... mean softmax entropy per row, nats (0: one token; ln V: uniform)",
+    "top1_tie_rows": "... share of rows whose largest logit is held by two or more tokens (an exact tie)",
+    "topk_tie_rows": "... share of rows whose k-th and (k+1)-th largest logits are equal (a tie at k)",
     "threads": "torch CPU threads in effect ([timing] threads, --threads)",
     "other_cores": "cores other processes kept busy on average while the case was measured",
     "load_avg": "1-minute load average when the case finished (this run's threads included)",
@@ -101,8 +105,8 @@ TP_COLUMNS: dict[str, str] = {
 
 DRAFT_COLUMNS: dict[str, str] = {
     "scenario": "scenario name",
-    "case_id": "stable id: draft/variant/path/dtype/V/H/B/k/steps/n/logits",
-    "variant": "vocabulary selector (perfsuite.variants)",
+    "case_id": "stable id: draft/variant/path/dtype/V/H/B/k/steps/n/logits/upcast",
+    "variant": "vocabulary selector (perfsuite.variants; built-in, package.module:function or entry point)",
     "accuracy": "what the variant claims: exact | rounded | inexact",
     "path": "eager | graph (whole cycle in one CUDA/HIP graph) | compile (torch.compile of the cycle)",
     "backend": "cuda | rocm | cpu",
@@ -114,8 +118,15 @@ DRAFT_COLUMNS: dict[str, str] = {
     "batch": "sequences per cycle",
     "topk": "k: tokens kept per tree node and per level",
     "num_steps": "draft tree depth (vocabulary selections per cycle: 1 in draft extend + num_steps - 1)",
-    "num_draft_tokens": "tokens handed to the verifier + 1 (the engines' convention)",
+    "num_draft_tokens": "tokens handed to the verifier + 1 (the engines' convention); draft extend length",
     "logits": "draft head logits behaviour: head | near_ties",
+    "upcast": (
+        "fp32: the selector gets fp32 logits (SGLang's logits processor, logits[:, :vocab].float()) | "
+        "none: the head's dtype (an engine without upcast)"
+    ),
+    "selector_dtype": "dtype of the logits handed to the selector",
+    "tree_build": "constants (SGLang's topk-1 fast path) | organisation: top num_draft_tokens - 1 scores",
+    "engine_setting": "sglang, or why SGLang never runs the setting (topk 1, num_draft_tokens != steps + 1)",
     "l2": "cache state at the start of a timed cycle: cold | hot",
     "status": "ok | skipped | error",
     "reason": "why the case was skipped or failed",
@@ -137,6 +148,10 @@ DRAFT_COLUMNS: dict[str, str] = {
     "launches_per_cycle": "GPU: host launch calls per cycle (a graph cycle: one graph launch); NaN on CPU",
     "kernels_unit": "what kernels_per_cycle counts",
     "trees": "draft trees compared: cycles x batch",
+    "outputs_copied": (
+        "the selector returned the same output buffers twice (preallocated outputs): the loop copies them "
+        "after each selection, copies timed"
+    ),
     "consumer_vs_base": (
         "against full_softmax: identical | scores within rounding (relative difference <= 5%) | "
         "scores differ (same tokens) | tokens differ"
@@ -147,12 +162,22 @@ DRAFT_COLUMNS: dict[str, str] = {
     "pos_diff_base": "share of trees whose chosen positions (tree shape) differ from full_softmax's",
     "score_abserr_base": "max |score - full_softmax's score| over the chosen positions",
     "score_relerr_base": "max relative score difference from full_softmax",
+    "tie_diff_base": (
+        "share of trees differing from full_softmax's (tokens, parents or positions) whose first difference "
+        "is a tie: the same logit values picked in another order (lowest index vs torch's); eager runs"
+    ),
+    "precision_diff_base": (
+        "... whose first difference has other values: softmax rounding (bf16/fp16, fp32 ulps) or inexact "
+        "scores (argmax_ones' 1.0)"
+    ),
     "step0_diff_base": "share of trees whose draft-extend top-k tokens differ from full_softmax's",
     "tok_diff_ref": "share of trees whose draft tokens differ from the float64-softmax selection's",
     "parent_diff_ref": "... parent lists",
     "pos_diff_ref": "... chosen positions",
     "score_abserr_ref": "max |score - float64 selection's score|",
     "score_relerr_ref": "max relative score difference from the float64 selection",
+    "tie_diff_ref": "share of trees differing from the float64 selection's by a tie first (lowest index)",
+    "precision_diff_ref": "... by other values first",
     "bitexact_eager": "graph / compile: every output of every cycle equals the eager path's (same variant)",
     "tok_diff_eager": "share of trees whose draft tokens differ from the eager path's (same variant)",
     "parent_diff_eager": "... parent lists",

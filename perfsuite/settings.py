@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfsuite import inputs
+from perfsuite.logits_files import LogitsSource
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,9 @@ class Timing:
 
 @dataclass(frozen=True)
 class Inputs:
-    """How logits are generated."""
+    """How logits are generated, or read from files."""
 
-    seed: int = 0
+    seed: int = 0  # generated logits' seed; which rows of a file a case takes
     row_pad: int = 0  # >0: logits are a row-strided view of a wider buffer with poisoned padding
     scale: float = inputs.DEFAULT_SCALE
+    files: tuple[LogitsSource, ...] = ()  # [inputs.files]: the `file:NAME` kinds, inspected at load

@@ -560,3 +560,57 @@ def test_distribution_figure_from_the_samples(tmp_path: Path) -> None:
         encoding="utf-8"
     )
     assert 'id="fig-distributions"' not in without and "not given the raw samples" in without
+
+
+# ------------------------------------------------------------------------------------ the logits' shape
+
+SHAPES = {  # kind: (top1_prob, entropy_nats, top1_tie_rows, ties at k=8)
+    "gaussian": (0.07, 6.6, 0.0, 0.0),
+    "peaked": (0.93, 0.28, 0.0, 0.0),
+    "file:mine": (0.09, 6.3, 0.03, 0.4),
+}
+
+
+def shaped_rows() -> list[dict[str, object]]:
+    """Rows of two k's whose logits carry their shape figures (one file kind among generated ones)."""
+    rows = []
+    for k in (1, 8):
+        for row in case_rows({"full_softmax": 100.0, "identity": 90.0}, vocabs=(16384,)):
+            for kind, (top1, entropy, ties, kth) in SHAPES.items():
+                rows.append(
+                    {**row, "topk": k, "logits": kind, "case_id": f"{row['case_id']}/{kind}/{k}",
+                     "top1_prob": top1, "entropy_nats": entropy, "top1_tie_rows": ties,
+                     "topk_tie_rows": ties if k == 1 else kth}
+                )  # fmt: skip
+    return rows
+
+
+def test_logits_shape_section_compares_a_file_with_the_generated_kinds(tmp_path: Path) -> None:
+    page = build_report(to_frame(shaped_rows()), tmp_path / "r.html").read_text(encoding="utf-8")
+    starts = [page.index(f'<section id="{i}">') for i in ("parity", "logits-shape", "skipped")]
+    assert starts == sorted(starts)
+    shape = section_of(page, "logits-shape")
+    assert "file:mine (bfloat16): mean top-1 p 0.09" in shape
+    assert "Closest generated kind: gaussian (top-1 p 0.07" in shape
+    assert "<th>rows tied at k=8</th>" in shape and "<td>40 %</td>" in shape
+    assert "<th>entropy / ln V</th>" in shape and f"<td>{6.6 / math.log(16384):.3g}</td>" in shape
+    order = [shape.index(f"<td>{kind}</td>") for kind in ("peaked", "file:mine", "gaussian")]
+    assert order == sorted(order)  # the most confident kind first, the file where it falls
+    assert 'id="fig-logits-shape"' in shape and "not drawn (" not in page
+
+
+def test_results_without_shape_figures_have_no_shape_section(report_html: str, tmp_path: Path) -> None:
+    assert 'id="logits-shape"' not in report_html  # the synthetic frame predates the figures
+    old = tmp_path / "old.csv"
+    figures = ["top1_prob", "entropy_nats", "top1_tie_rows", "topk_tie_rows"]
+    to_frame(shaped_rows()).drop(columns=figures).to_csv(old, index=False)
+    loaded = load_results(old)
+    assert loaded["top1_prob"].isna().all() and loaded["topk_tie_rows"].dtype == "float64"
+    page = build_report(loaded, tmp_path / "old.html").read_text(encoding="utf-8")
+    assert 'id="logits-shape"' not in page and "not drawn (" not in page
+
+
+def test_shape_figures_round_trip_as_numbers(tmp_path: Path) -> None:
+    csv_path, _ = write_tables(to_frame(shaped_rows()), tmp_path)
+    loaded = load_results(csv_path)
+    assert loaded["top1_prob"].dtype == "float64" and set(loaded["top1_tie_rows"]) == {0.0, 0.03}

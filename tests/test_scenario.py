@@ -118,3 +118,77 @@ def test_cli_exits_2_with_one_line_and_no_traceback(tmp_path, command):
     allowed = ", ".join(scenario._all_variant_names())
     expected = f"perfsuite: {path}: [sweep].variants: unknown variant 'fastest'; allowed: {allowed}"
     assert proc.stderr.strip() == expected
+
+
+# ---------------------------------------------------------------- logits files ([inputs.files])
+
+
+def logits_file(tmp_path: Path, name: str = "x.pt", vocab: int = 64) -> Path:
+    import torch
+
+    path = tmp_path / name
+    torch.save(torch.randn(4, vocab), path)
+    return path
+
+
+def test_a_sweep_with_a_file_kind_runs_at_the_files_vocab(tmp_path):
+    logits_file(tmp_path)
+    text = (
+        '[inputs.files]\nmine = "x.pt"\n'
+        '[[sweep]]\nlogits = ["gaussian", "file:mine"]\nbatch = [2]\n'
+        '[[sweep]]\nlogits = ["gaussian"]\nvocab = [100]\nbatch = [2]\n'
+    )
+    s = scenario.load(write(tmp_path, text))
+    assert s.sweeps[0].vocab == (64,) and s.sweeps[1].vocab == (100,)
+    assert [f.name for f in s.inputs.files] == ["mine"] and s.inputs.files[0].vocab == 64
+    cases = scenario.expand(s)
+    assert {(c.logits, c.vocab) for c in cases} == {("gaussian", 64), ("file:mine", 64), ("gaussian", 100)}
+    assert any(c.case_id.endswith("/V64/B2/k1/file:mine") for c in cases)
+
+
+def test_a_file_path_is_relative_to_the_scenario_file(tmp_path):
+    (tmp_path / "data").mkdir()
+    logits_file(tmp_path / "data")
+    path = write(tmp_path, '[inputs.files]\nmine = { path = "data/x.pt" }\n[sweep]\nlogits = ["file:mine"]\n')
+    s = scenario.load(path)
+    assert Path(s.inputs.files[0].path) == tmp_path / "data" / "x.pt"
+
+
+FILE_BAD = {
+    "vocab": ('vocab = [100]\nlogits = ["file:mine"]', "[sweep].vocab: file:mine has V 64", "give 64"),
+    "two_vocabs": ('logits = ["file:mine", "file:wide"]', "[sweep].logits: file:mine has V 64", "V 128"),
+    "tp": ('tp = [2]\nlogits = ["file:mine"]', "[sweep].tp: file logits run on one device", ""),
+    "unknown": ('logits = ["file:yours"]', "'file:yours' names no [inputs.files] entry", "entries: mine"),
+    "entry": ('logits = ["file:mine"]\n[inputs.files.mine]\npath = "x.pt"\nkey = 1', 'expected "path"', ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILE_BAD))
+def test_file_kinds_are_refused_where_they_cannot_run(tmp_path, case):
+    logits_file(tmp_path)
+    logits_file(tmp_path, "wide.pt", vocab=128)
+    sweep, expected, also = FILE_BAD[case]
+    files = '[inputs.files]\nmine = "x.pt"\nwide = "wide.pt"\n' if case != "entry" else ""
+    path = write(tmp_path, f"{files}[sweep]\n{sweep}\n")
+    with pytest.raises(ScenarioError) as info:
+        scenario.load(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and expected in message and also in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ('[inputs]\nfiles = "x.pt"', '[inputs].files: expected a table of NAME = "path"'),
+        ('[inputs.files]\n"a/b" = "x.pt"', "[inputs].files.a/b: expected a name of letters"),
+        ('[inputs.files]\nmine = { path = "x.pt", rows = "1" }', "[inputs].files.mine.rows: unknown key"),
+        ('[inputs.files]\nmine = { tensor = "t" }', "[inputs].files.mine: missing path"),
+    ],
+)
+def test_bad_inputs_files_tables(tmp_path, table, expected):
+    logits_file(tmp_path)
+    path = write(tmp_path, table)
+    with pytest.raises(ScenarioError, match=None) as info:
+        scenario.load(path)
+    assert str(info.value).startswith(f"{path}: ") and expected in str(info.value), str(info.value)

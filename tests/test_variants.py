@@ -26,7 +26,9 @@ def test_registry_lists_the_baseline_first_and_rejects_unknown_names():
 def test_accuracy_claims():
     assert variants.get("full_softmax").accuracy == "rounded"
     assert variants.get("argmax_ones").accuracy == "inexact"
-    assert variants.get("identity").exact
+    assert variants.get("identity").exact and variants.get("identity").lowest_index_ties
+    assert variants.get("identity_engine_order").exact  # torch's tie order, the same exact probabilities
+    assert not variants.get("identity_engine_order").lowest_index_ties
 
 
 @pytest.mark.parametrize("vocab", [1, 3, 127, 8193])
@@ -153,6 +155,8 @@ def test_traffic_models_count_passes_and_temporaries():
     ident = variants.get("identity").traffic(b, v, k, dtype)
     assert ident.temp == b * v * 4  # the fp32 exp temporary torch ops cannot avoid
     assert ident.total > full.total  # eager torch identity is not free, for bf16
+    engine = variants.get("identity_engine_order").traffic(b, v, k, dtype)
+    assert engine.total < ident.total and engine.temp == ident.temp  # no tie repair pass, same temporary
     for name in variants.names():
         model = variants.get(name).traffic(b, v, k, dtype)
         assert model.read >= ideal.read, name

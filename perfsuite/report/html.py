@@ -1,8 +1,9 @@
-"""One self-contained HTML report from result rows: warnings, summary, plots, parity, tensor parallel,
-draft loop, edge cases, skips, full table and environment.
+"""One self-contained HTML report from result rows: warnings, summary, plots, parity, the logits' shape,
+tensor parallel, draft loop, edge cases, skips, full table and environment.
 
 Each section is built from the blocks of `perfsuite.report.blocks` by its own module (`kernel_sections`,
-`tp_section`, `draft_section`, `edge_case_section`) and the page is rendered by `perfsuite.report.page`.
+`logits_shape_section`, `tp_section`, `draft_section`, `edge_case_section`) and the page is rendered by
+`perfsuite.report.page`.
 plotly is imported only where a figure is built: without it (`plots_available()` says why) every table is
 still written, each figure becomes a note and the page says at the top how to get the plots.
 """
@@ -15,7 +16,13 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite.machine import SHARED_CORES
-from perfsuite.report import draft_section, edge_case_section, kernel_sections, tp_section
+from perfsuite.report import (
+    draft_section,
+    edge_case_section,
+    kernel_sections,
+    logits_shape_section,
+    tp_section,
+)
 from perfsuite.report.blocks import Note, Section
 from perfsuite.report.kernel_context import UNSTABLE_MARK, Context
 from perfsuite.report.page import render_page
@@ -60,6 +67,7 @@ def build_report(
                 kernel_sections.plots_section(ctx),
                 kernel_sections.traffic_section(ctx),
                 kernel_sections.parity_section(ctx),
+                _logits_shape(ctx),
             ]
             if kernel_level
             else []
@@ -142,6 +150,15 @@ def _rows_section(
         return build(frame)
     except Exception as exc:  # a broken section must not cost the whole report
         return Section(section_id, title, [Note(f"{title}: not drawn ({type(exc).__name__}: {exc})")])
+
+
+def _logits_shape(ctx: Context) -> Section | None:
+    """The logits' shape section (None for results without its figures); a note when it breaks."""
+    try:
+        return logits_shape_section.section(ctx)
+    except Exception as exc:  # a broken section must not cost the whole report
+        message = f"{logits_shape_section.TITLE}: not drawn ({type(exc).__name__}: {exc})"
+        return Section(logits_shape_section.SECTION_ID, logits_shape_section.TITLE, [Note(message)])
 
 
 def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:

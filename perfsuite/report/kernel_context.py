@@ -17,10 +17,20 @@ import pandas as pd
 
 from perfsuite.report import formatting as fmt
 from perfsuite.report.load import coerce
-from perfsuite.schema import BASELINE, add_speedups
+from perfsuite.schema import BASELINE, BASELINES, add_speedups
 from perfsuite.timing import UNSTABLE_SPREAD
 
 INEXACT_SHORTCUT = "argmax_ones"
+LOWEST_INDEX_IDENTITY = "identity"
+ENGINE_ORDER_IDENTITY = "identity_engine_order"
+"""The exact identity with the lowest-index tie repair, and without it (torch's top-k order)."""
+PAIRING_TEXT = (
+    f"speedup = {BASELINE}'s time over the variant's, both on the same device, run, path, dtype, shape "
+    "(vocab, batch, k) and logits, sampled in turn (the median of per-round ratios; the ratio of medians "
+    f"where they were not): a compiled variant is compared with the compiled {BASELINE}, an eager one with "
+    "the eager one, never across paths"
+)
+"""Which pairs every speedup of the report and the summary compares."""
 DIMENSIONS = ("device", "backend", "variant", "accuracy", "path", "dtype", "logits", "l2", "status")
 DTYPE_ORDER = ("float32", "float16", "bfloat16")
 PATH_ORDER = ("eager", "graph", "compile")
@@ -161,3 +171,83 @@ def dim_text(key: str, value: object) -> str:
     if key == "l2":
         return f"L2 {value}"
     return str(value)
+
+
+def speedup_pairs(frame: pd.DataFrame, unit: Sequence[str] = ()) -> pd.DataFrame:
+    """Which pairs the speedups of rows prepared by `add_speedups` compare: per (`unit`, path, variant)
+    the baseline on the same path, how many of the variant's ok cases were paired in turn with it,
+    compared by medians, or had no baseline measured beside them (tensor-parallel rows: the
+    tensor-parallel baseline)."""
+    columns = [*unit, "path", "variant", "against", "cases", "paired", "medians", "no baseline"]
+    ok = frame[(frame["status"] == "ok") & frame["median_us"].notna() & ~frame["variant"].isin(BASELINES)]
+    if ok.empty or "speedup_vs_full" not in ok:
+        return pd.DataFrame(columns=columns)
+    method = ok["speedup_method"] if "speedup_method" in ok else pd.Series(pd.NA, index=ok.index)
+    measured = pd.to_numeric(ok["speedup_vs_full"], errors="coerce").notna()
+    method = method.astype(object).where(measured, "none").fillna("medians").astype(str)
+    tp = pd.to_numeric(ok["tp"], errors="coerce").fillna(1) if "tp" in ok else pd.Series(1, index=ok.index)
+    baseline = pd.Series(BASELINES[0], index=ok.index).where(tp <= 1, BASELINES[1])
+    data = ok.assign(
+        path=ok["path"].astype(str),
+        variant=ok["variant"].astype(str),
+        against=baseline + " · " + ok["path"].astype(str),
+        _paired=method.eq("paired"),
+        _medians=method.eq("medians"),
+        _none=method.eq("none"),
+    )
+    keys = [*unit, "path", "variant", "against"]
+    out = data.groupby(keys, sort=False).agg(
+        cases=("variant", "size"),
+        paired=("_paired", "sum"),
+        medians=("_medians", "sum"),
+        **{"no baseline": ("_none", "sum")},
+    )
+    order = {v: i for i, v in enumerate(variant_order(data["variant"]))}
+    rank = {"variant": order.get, "path": facet_rank}
+    out = out.reset_index().sort_values(keys, key=lambda s: s.map(rank.get(s.name, lambda v: v)))
+    return out[columns].reset_index(drop=True)
+
+
+def tie_policy(frame: pd.DataFrame, unit: Sequence[str] = ()) -> pd.DataFrame:
+    """What the lowest-index tie repair costs: per (`unit`, path, dtype, k) over the cases where both
+    identities ran, `identity`'s time over `identity_engine_order`'s (1.30: the repair adds 30 %; `low`,
+    `high`: the cheapest and dearest case). Per case the ratio of their medians: the two are sampled in
+    turn, in the same rounds, so the machine's drift touches both alike; the ratio of their speedups
+    would carry the baseline's own noise twice."""
+    columns = [
+        *unit,
+        "path",
+        "dtype",
+        "topk",
+        "cases",
+        "identity us",
+        "engine order us",
+        "cost",
+        "low",
+        "high",
+    ]
+    pair = [LOWEST_INDEX_IDENTITY, ENGINE_ORDER_IDENTITY]
+    ok = frame[(frame["status"] == "ok") & frame["median_us"].notna() & frame["variant"].isin(pair)]
+    case = [*unit, "path", "dtype", "topk", "vocab", "batch", "logits", *(c for c in ("l2", "tp") if c in ok)]
+    data = ok.assign(_us=pd.to_numeric(ok["median_us"], errors="coerce"))
+    us = data.groupby([*case, "variant"], dropna=False)["_us"].median().unstack("variant")
+    us = us.reindex(columns=pair).dropna()
+    if us.empty:
+        return pd.DataFrame(columns=columns)
+    cases = pd.DataFrame(
+        {
+            "identity us": us[LOWEST_INDEX_IDENTITY],
+            "engine order us": us[ENGINE_ORDER_IDENTITY],
+            "cost": us[LOWEST_INDEX_IDENTITY] / us[ENGINE_ORDER_IDENTITY],
+        }
+    ).reset_index()
+    keys = [*unit, "path", "dtype", "topk"]
+    out = cases.groupby(keys, sort=False, dropna=False).agg(
+        cases=("cost", "size"),
+        **{"identity us": ("identity us", "median"), "engine order us": ("engine order us", "median")},
+        cost=("cost", "median"),
+        low=("cost", "min"),
+        high=("cost", "max"),
+    )
+    out = out.reset_index().sort_values(keys, key=lambda s: s.map(facet_rank))
+    return out[columns].reset_index(drop=True)

@@ -11,15 +11,20 @@ from perfsuite.report.blocks import Block, Cell, Details, Note, Section, Table, 
 from perfsuite.report.distributions import distribution_figures
 from perfsuite.report.kernel_context import (
     BASELINE,
+    ENGINE_ORDER_IDENTITY,
     FACET_ORDER,
     HELPERS,
     INEXACT_SHORTCUT,
+    LOWEST_INDEX_IDENTITY,
+    PAIRING_TEXT,
     UNSTABLE,
     UNSTABLE_MARK,
     UNSTABLE_TEXT,
     Context,
     dim_text,
     ordered,
+    speedup_pairs,
+    tie_policy,
     varying_keys,
 )
 from perfsuite.report.kernel_figures import (
@@ -60,6 +65,8 @@ def summary_section(ctx: Context) -> Section:
     section = Section("summary", "Summary", intro=_summary_intro(ctx))
     section.blocks += guard("measured on", lambda: _measured_on(ctx))
     section.blocks += guard("fastest variant", lambda: _fastest_table(ctx))
+    section.blocks += guard("speedup pairs", lambda: _pairs_table(ctx))
+    section.blocks += guard("tie policy", lambda: _tie_policy_table(ctx))
     section.blocks += guard("argmax_ones trade", lambda: _argmax_table(ctx))
     section.blocks += guard("top-1 mismatch", lambda: mismatch_figure(ctx))
     section.blocks += guard("measured bytes", lambda: _traffic_finding(ctx))
@@ -83,9 +90,72 @@ def _summary_intro(ctx: Context) -> str:
         "bf16/fp16, argmax_ones returns 1.0 in place of them), which exact variant is fastest and at what "
         "speed against full_softmax, what the inexact argmax_ones shortcut would save and what it costs in "
         "probability error, and how often the baseline's bf16/fp16 rounding changes the top token. "
-        "Speedups: full_softmax's time over the variant's, same device, run, path, dtype and shape (the "
-        "median of paired per-round ratios where the variants were sampled in turn)."
+        f"Every speedup: {PAIRING_TEXT}."
     )
+
+
+def _pairs_table(ctx: Context) -> list[Block]:
+    """Which pairs the speedups compare: per path and variant, the baseline on that path and how many
+    cases were paired in turn with it."""
+    unit = [ctx.unit] if ctx.several_devices else []
+    pairs = speedup_pairs(ctx.ok, unit)
+    if pairs.empty:
+        return []
+    rows = [
+        [
+            *(str(rec[k]) for k in unit),
+            str(rec["path"]),
+            str(rec["variant"]),
+            str(rec["against"]),
+            fmt.number(rec["cases"]),
+            fmt.number(rec["paired"]),
+            fmt.number(rec["medians"]),
+            Cell(fmt.number(rec["no baseline"]), "differs" if rec["no baseline"] else ""),
+        ]
+        for rec in pairs.to_dict("records")
+    ]
+    caption = (
+        f"The pairs compared: {PAIRING_TEXT}. cases: the variant's timed cases; paired: sampled in turn with "
+        f"{BASELINE} on the same path; medians: compared by the ratio of separate medians; no baseline: no "
+        f"{BASELINE} timed beside them (no speedup)."
+    )
+    return [Table(list(pairs.columns), rows, caption, css="compact")]
+
+
+def _tie_policy_table(ctx: Context) -> list[Block]:
+    """identity (lowest index first on ties) against identity_engine_order (torch's order): the repair's
+    cost per path, dtype and k."""
+    unit = [ctx.unit] if ctx.several_devices else []
+    table = tie_policy(ctx.ok, unit)
+    if table.empty:
+        return []
+    rows = []
+    for rec in table.to_dict("records"):
+        cost = rec["cost"]
+        rows.append(
+            [
+                *(str(rec[k]) for k in unit),
+                str(rec["path"]),
+                str(rec["dtype"]),
+                dim_text("topk", rec["topk"]),
+                fmt.number(rec["cases"]),
+                fmt.number(rec["identity us"]),
+                fmt.number(rec["engine order us"]),
+                Cell(fmt.speedup(cost), "" if fmt.is_nan(cost) else "loss" if cost >= 1.05 else "even"),
+                f"{fmt.speedup(rec['low'])} to {fmt.speedup(rec['high'])}",
+            ]
+        )
+    columns = [*unit, "path", "dtype", "k", "cases", "identity µs", "engine order µs", "tie repair", "range"]
+    caption = (
+        f"What the tie policy costs: {LOWEST_INDEX_IDENTITY} (ties to the lowest index: a compare pass and a "
+        f"cumulative count over [B, V] for k > 1) against {ENGINE_ORDER_IDENTITY} (the same exact "
+        "probabilities in torch's top-k order, no repair), on the same cases. tie repair: identity's time "
+        "over the engine-order identity's, per case the ratio of their medians (sampled in turn, in the same "
+        "rounds), median over cases (range: cheapest to dearest case); 1.30× means the repair adds 30 %. "
+        "At k = 1 both run torch.max and the same ops: their ratio there is the measurement's own noise. "
+        "Times: medians over cases."
+    )
+    return [Table(columns, rows, caption, css="compact")]
 
 
 def _summary_keys(ctx: Context) -> list[str]:

@@ -9,7 +9,9 @@ median of every variant in the same run (marked ⚠ where unstable), the fastest
 exact` (its speedup: the median of paired per-round ratios where the variants were sampled in turn, else the
 ratio of medians), `best exact / argmax_ones` (the price of exactness) and the best exact variant's
 bandwidth as a percent of the measured copy bandwidth; then the Triton targets of issue 3 evaluated over the
-run; then, where `perfsuite tune` wrote `tuned.json` beside the results (or `--tuned` names one), each tuned
+run; then which pairs the speedups compare (per path and variant: the baseline on the same path, cases
+paired in turn) and what the lowest-index tie repair costs (`identity` against `identity_engine_order`);
+then, where `perfsuite tune` wrote `tuned.json` beside the results (or `--tuned` names one), each tuned
 shape's best plan against the heuristic. Warnings (a shared machine, unstable cases) come first.
 """
 
@@ -22,9 +24,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.report.kernel_context import UNSTABLE_MARK, run_labels
-from perfsuite.report.load import load_many, run_notes
-from perfsuite.schema import BASELINE
+from perfsuite.report.kernel_context import (
+    PAIRING_TEXT,
+    UNSTABLE_MARK,
+    run_labels,
+    speedup_pairs,
+    tie_policy,
+)
+from perfsuite.report.load import coerce, load_many, run_notes
+from perfsuite.schema import BASELINE, add_speedups
 from perfsuite.timing import UNSTABLE_SPREAD
 
 CASE = ["device", "path", "dtype", "vocab", "batch", "topk"]
@@ -52,6 +60,11 @@ def _several_runs(frame: pd.DataFrame) -> bool:
 def _with_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows with every run labelled (`run`, else the file they came from) where runs are kept apart."""
     return frame.assign(run=run_labels(frame)) if _several_runs(frame) else frame
+
+
+def _unit(frame: pd.DataFrame) -> list[str]:
+    """The keys that keep devices (and runs of one device) apart."""
+    return ["device", "run"] if _several_runs(frame) else ["device"]
 
 
 def per_variant(frame: pd.DataFrame) -> pd.DataFrame:
@@ -233,8 +246,9 @@ def console_table(frame: pd.DataFrame, limit: int = 40) -> str:
     devices = ", ".join(sorted(frame["device"].dropna().astype(str).unique()))
     title = (
         f"{devices}: medians over logits distributions. fastest: whatever its accuracy; fastest exact: among "
-        f"the exact variants; {BASELINE}/exact: {BASELINE}'s time over the fastest exact's (paired, with "
-        "p20-p80, where sampled in turn); unstable: rows whose samples spread over "
+        f"the exact variants; {BASELINE}/exact: {BASELINE}'s time over the fastest exact's on the same path, "
+        "dtype, shape and logits (paired, with p20-p80, where sampled in turn; a compiled variant against "
+        f"the compiled {BASELINE}); unstable: rows whose samples spread over "
         f"{100 * UNSTABLE_SPREAD:.0f} % of the median"
     )
     return "\n".join([title, text + more, *winners(table)])
@@ -274,17 +288,41 @@ def summary_markdown(frame: pd.DataFrame, notes: Sequence[str] = ()) -> str:
         "fastest (any accuracy): the fastest variant whatever its accuracy (full_softmax rounds its "
         "probabilities in bf16/fp16, argmax_ones returns 1.0 in place of them); fastest exact: the fastest "
         "variant whose accuracy is exact, which may well be slower than full_softmax. full/best: "
-        "full_softmax's time over the fastest exact variant's, the median of paired per-round ratios where "
+        "full_softmax's time over the fastest exact variant's on the same path (a compiled variant against "
+        "the compiled full_softmax), dtype, shape and logits, the median of paired per-round ratios where "
         "the variants were sampled in turn (full/best p20-p80: their band), else the ratio of medians; below "
         "1 the exact variant is slower. best/argmax: its cost over argmax_ones; best_%copy: its bandwidth as "
         f"a percent of the measured copy bandwidth. {UNSTABLE_MARK} after a median: unstable (the p20-p80 "
         f"spread of its samples above {100 * UNSTABLE_SPREAD:.0f} % of the median in at least one logits "
         "distribution): do not rank on it; unstable: how many of the case's rows are.\n",
         to_markdown(_marked(table, frame)),
+        "\n## Speedup pairs\n",
+        f"Every speedup in this summary: {PAIRING_TEXT}. Per path and variant: the baseline it is compared "
+        "with, its timed cases, how many were paired in turn with the baseline, compared by medians, or had "
+        "no baseline beside them.\n",
+        to_markdown(speedup_pairs(_with_speedups(frame), _unit(frame))),
+        "\n## Tie policy: identity (lowest index on ties) against identity_engine_order (torch's order)\n",
+        "cost: identity's time over identity_engine_order's on the same cases (the ratio of their medians, "
+        "sampled in turn in the same rounds), median over cases, low-high its range; 1.3 means the "
+        "lowest-index repair adds 30 %. At k = 1 both run the same ops (torch.max): the ratio there is the "
+        "measurement's noise. Times: medians over cases.\n",
+        _tie_policy_markdown(frame),
         "\n## Triton targets (issue 3)\n",
         to_markdown(triton_targets(frame)),
     ]
     return "\n".join(parts)
+
+
+def _with_speedups(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows (runs labelled where kept apart) in the schema's types, each with its speedup."""
+    return add_speedups(coerce(_with_runs(frame)), only_missing=True)
+
+
+def _tie_policy_markdown(frame: pd.DataFrame) -> str:
+    table = tie_policy(_with_speedups(frame), _unit(frame))
+    if table.empty:
+        return "(identity and identity_engine_order were not both measured on the same cases)\n"
+    return to_markdown(table)
 
 
 def _marked(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:

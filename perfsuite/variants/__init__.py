@@ -17,7 +17,15 @@ from perfsuite.variants import external
 from perfsuite.variants.base import Traffic, Variant, ideal_traffic
 from perfsuite.variants.external import ExternalSelectorError, external_names
 
-_MODULES = ("full_softmax", "argmax_ones", "identity", "triton_fused", "triton_split", "triton_auto")
+_MODULES = (
+    "full_softmax",
+    "argmax_ones",
+    "identity",
+    "identity_engine_order",
+    "triton_fused",
+    "triton_split",
+    "triton_auto",
+)
 BASELINE = "full_softmax"
 
 _REGISTRY: dict[str, Variant] = {}

@@ -1,4 +1,5 @@
-"""`identity`: exact probabilities from the logits, `softmax(x)[i] = exp(x_i - max) / sum(exp(x - max))`."""
+"""`identity`: exact probabilities from the logits, `softmax(x)[i] = exp(x_i - max) / sum(exp(x - max))`,
+the top-k in the suite's order (lowest index first on ties)."""
 
 from __future__ import annotations
 
@@ -13,26 +14,51 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
     Written with torch ops, as an engine would: no `[B, V]` probability tensor, but eager torch still
     materializes one `[B, V]` fp32 temporary for `exp(x - m)` (the sum cannot be fused without a kernel
-    or `torch.compile`). Ties: lowest index first. Non-finite rows: a NaN or +inf anywhere makes the row's
-    probabilities NaN (as full_softmax does); an all -inf row gives NaN; indices stay inside `[0, V)`.
+    or `torch.compile`). Ties: lowest index first (`topk_lowest_index`: for k > 1 a compare pass and a
+    cumulative count over the row on top of `torch.topk`). Non-finite rows: a NaN or +inf anywhere makes
+    the row's probabilities NaN (as full_softmax does); an all -inf row gives NaN; indices stay inside
+    `[0, V)`.
     """
     values, topk_index = topk_lowest_index(logits, k)
+    return probabilities(logits, values), topk_index
+
+
+def probabilities(logits: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """`exp(v - m) / sum(exp(x - m))` in fp32 for the selected logits `values` `[B, k]`, sorted descending
+    (so `values[:, 0]` is the row max `m`): exact at any finite magnitude, unlike `exp(v - logsumexp(x))`,
+    which adds `log(sum)` to a huge max and rounds it away."""
     row_max = values[:, :1].float()
     shifted = logits - row_max  # promotes to fp32: the one [B, V] temporary
     sum_exp = shifted.exp_().sum(dim=-1, keepdim=True)
-    topk_p = torch.exp(values.float() - row_max) / sum_exp
-    return topk_p, topk_index
+    return torch.exp(values.float() - row_max) / sum_exp
+
+
+def selection_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
+    """`torch.max` (k == 1) or `torch.topk`: one read of the logits, `[B, k]` values and indices written."""
+    return Traffic(batch * vocab * dtype.itemsize, batch * k * (dtype.itemsize + 8))
+
+
+def tie_repair_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
+    """The lowest-index repair for k > 1: `x == kth` (reads the logits, writes bools) and the int32
+    cumulative count over them (the `[B, V]` temporary); none for k == 1."""
+    if k == 1:
+        return Traffic(0, 0)
+    n = batch * vocab
+    return elementwise(n, dtype.itemsize, 1) + elementwise(n, 1, 4, temp=True)
+
+
+def probability_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
+    """`probabilities`: the fp32 `x - m` temporary, its in-place exp, the sum, and the `[B, k]` outputs."""
+    n = batch * vocab
+    shift = elementwise(n, dtype.itemsize, 4, temp=True)
+    exp_sum = elementwise(n, 4, 4) + elementwise(n, 4, 0)
+    return shift + exp_sum + Traffic(batch * k * 8, batch * k * 4)
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
-    """Top-k pass (plus the tie repair's compare and count for k > 1), and the fp32 exp/sum temporary."""
-    n, size = batch * vocab, dtype.itemsize
-    selection = Traffic(n * size, batch * k * (size + 8))
-    if k > 1:  # x == kth (bool), cumsum (int32)
-        selection = selection + elementwise(n, size, 1) + elementwise(n, 1, 4, temp=True)
-    shift = elementwise(n, size, 4, temp=True)
-    exp_sum = elementwise(n, 4, 4) + elementwise(n, 4, 0)
-    return selection + shift + exp_sum + Traffic(batch * k * 8, batch * k * 4)
+    """Top-k pass, the tie repair's compare and count for k > 1, and the fp32 exp/sum temporary."""
+    shape = (batch, vocab, k, dtype)
+    return selection_traffic(*shape) + tie_repair_traffic(*shape) + probability_traffic(*shape)
 
 
 VARIANT = Variant(
@@ -40,5 +66,5 @@ VARIANT = Variant(
     select=select,
     accuracy="exact",
     traffic=traffic,
-    summary="max/topk of logits, then exp(v - max) / sum(exp(x - max)) in fp32, torch ops",
+    summary="max/topk of logits, ties to the lowest index, then exp(v - max) / sum(exp(x - max)) in fp32",
 )

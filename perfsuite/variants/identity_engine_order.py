@@ -1,0 +1,41 @@
+"""`identity_engine_order`: the exact identity in torch's top-k order, the order an engine's own
+`torch.topk` gives, without `identity`'s lowest-index tie repair."""
+
+from __future__ import annotations
+
+import torch
+
+from perfsuite.variants.base import Traffic, Variant
+from perfsuite.variants.identity import probabilities, probability_traffic, selection_traffic
+
+
+def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.max` (k == 1) or `torch.topk` of the logits, then `exp(v - m) / sum(exp(x - m))` in fp32.
+
+    The same probabilities as `identity` (exact), the same ops but the tie repair: which of the logits
+    equal to the k-th value make the cut, and their order, are torch's (unspecified; `torch.topk` on a GPU
+    need not pick the lowest indices), as in full_softmax and argmax_ones. For k == 1 `torch.max` returns
+    the first maximum, so the two identities run the same ops there. Non-finite rows as `identity`: NaN
+    probabilities where a NaN or +inf is in the row or every logit is -inf; indices inside `[0, V)`.
+    """
+    if k == 1:
+        values, topk_index = torch.max(logits, dim=-1, keepdim=True)
+    else:
+        values, topk_index = torch.topk(logits, k, dim=-1, sorted=True)
+    return probabilities(logits, values), topk_index
+
+
+def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
+    """`identity`'s traffic without the tie repair: the top-k pass and the fp32 exp/sum temporary."""
+    shape = (batch, vocab, k, dtype)
+    return selection_traffic(*shape) + probability_traffic(*shape)
+
+
+VARIANT = Variant(
+    name="identity_engine_order",
+    select=select,
+    accuracy="exact",
+    traffic=traffic,
+    summary="identity in torch's top-k order (ties as torch.topk gives them, no repair pass), torch ops",
+    lowest_index_ties=False,
+)
