@@ -1,10 +1,10 @@
-"""Command line: `perfsuite list | run | report | profile | compare | call | kernels | tune | variants`.
+"""Commands: `perfsuite list | run | report | profile | compare | call | kernels | tune | check | variants`.
 
 Exit status (the same for every command):
   0    done
   1    a finding: a case failed parity (`run`, after writing everything: a wrong index, or an exact
        variant's probability off), a regression (`compare`), a kernel that does not compile or spills
-       registers (`kernels`)
+       registers (`kernels`), a selector failing the conformance battery (`check`)
   2    bad input: a malformed scenario or results file, an unknown key, variant or target (one message)
   3    `call` on a case that cannot run here
   4    internal error: one line on stderr naming the file that holds the traceback
@@ -356,17 +356,57 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from perfsuite import conformance
+    from perfsuite.device import resolve_device
+
+    try:
+        device = resolve_device(args.device)
+        dtypes = [conformance.dtype_of(name) for name in args.dtype] or None
+        conformance.select(args.case, quick=args.quick)
+    except (RuntimeError, ValueError) as exc:
+        raise UsageError(f"check: {exc}") from None
+    if device.type == "cuda" and not conformance.gpu_available():
+        raise UsageError(f"check: --device {args.device}: no CUDA or ROCm device here")
+    for name in args.selector:  # every selector loads before any runs: a bad name is one line, exit 2
+        try:
+            variants.get(name)
+        except (KeyError, variants.ExternalSelectorError) as exc:
+            raise UsageError(str(exc.args[0])) from None
+    records: list[dict] = []
+    try:
+        for name in args.selector:
+            start = len(records)
+            records += conformance.rows(name, device, cases=args.case, dtypes=dtypes, quick=args.quick)
+            print(conformance.console(conformance.frame(records[start:])))
+    except KeyboardInterrupt:
+        _write_check_csv(conformance.frame(records), args.csv)
+        print(f"interrupted: {len(records)} rows judged so far", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    table = conformance.frame(records)
+    _write_check_csv(table, args.csv)
+    _print_caveats()
+    return EXIT_PROBLEM if (table["verdict"] == "FAIL").any() else EXIT_OK
+
+
+def _write_check_csv(table: pd.DataFrame, path: str | None) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(path, index=False)
+        print(f"  csv  {path}")
+
+
 def _cmd_variants(args: argparse.Namespace) -> int:
     for name in variants.names():
         v = variants.get(name)
-        print(f"{name:14s} {v.accuracy:8s} {v.summary}")
+        print(f"{name:22s} {v.accuracy:8s} {v.summary}")
     for name in variants.external_names():  # installed `perfsuite.selectors` entry points
         try:
             v = variants.get(name)
         except variants.ExternalSelectorError as exc:
-            print(f"{name:14s} ERROR    {exc}")
+            print(f"{name:22s} ERROR    {exc}")
             continue
-        print(f"{name:14s} {v.accuracy:8s} {v.summary}")
+        print(f"{name:22s} {v.accuracy:8s} {v.summary}")
     return EXIT_OK
 
 
@@ -516,6 +556,28 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
     _threads_option(s)
     s.set_defaults(func=_cmd_tune)
+
+    s = sub.add_parser(
+        "check",
+        help="the conformance battery on selectors: edge shapes, non-finite rows, ties, dtypes, graphs",
+        description="Run the conformance battery on each SELECTOR (a built-in variant, "
+        "package.module:function or a perfsuite.selectors entry point) on this device: misaligned and tiny "
+        "vocabularies, poisoned row padding, offset data pointers, NaN/inf rows, ties, huge and subnormal "
+        "values, B = 0, int64 addressing, every dtype the selector declares, and on a GPU a graph "
+        "capture. One row per case, dtype and k: pass, FAIL with what went wrong, or skip with the reason. "
+        "Exit 1 on any failure, 0 otherwise, 2 when a selector does not load.",
+    )
+    s.add_argument("selector", nargs="+", help="variant name, package.module:function or entry-point name")
+    s.add_argument("--device", default="auto", help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N")
+    s.add_argument("--csv", help="write every row (all selectors) as CSV")
+    s.add_argument("--case", action="append", default=[], help="only cases matching this glob (repeat)")
+    s.add_argument("--dtype", action="append", default=[], help="only this logits dtype (repeat)")
+    s.add_argument(
+        "--quick",
+        action="store_true",
+        help="a subset for CI: two of the large vocabularies, two offsets, no split-crossing ties",
+    )
+    s.set_defaults(func=_cmd_check)
 
     s = sub.add_parser("variants", help="list the registered variants")
     s.set_defaults(func=_cmd_variants)

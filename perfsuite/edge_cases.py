@@ -1,4 +1,8 @@
-"""The edge-case matrix: what each variant returns on non-finite and degenerate rows, side by side."""
+"""The edge-case matrix: what each variant returns on non-finite and degenerate rows, side by side.
+
+Its row patterns (`PATTERNS`) and its guarded call (`call`) are also the conformance battery's
+(`perfsuite.conformance`): the matrix shows what each variant returns, the battery judges it.
+"""
 
 from __future__ import annotations
 
@@ -13,33 +17,42 @@ from perfsuite.parity import tolerance
 
 EDGE_VOCAB = 1031  # misaligned, larger than one small block, small enough for the Triton interpreter
 
-Pattern = Callable[[torch.Tensor], None]
+Pattern = Callable[[torch.Tensor, torch.dtype], None]
+"""Rewrites a float32 row in place, for logits of the given dtype (magnitudes are the dtype's)."""
 Outputs = tuple[torch.Tensor, torch.Tensor]
 
 
 def _at(*columns: int, value: float) -> Pattern:
-    def poison(row: torch.Tensor) -> None:
+    def poison(row: torch.Tensor, dtype: torch.dtype) -> None:
         row[list(columns)] = value
 
     return poison
 
 
 def _fill(value: float) -> Pattern:
-    return lambda row: row.fill_(value)
+    return lambda row, dtype: row.fill_(value)
 
 
-def _masked(row: torch.Tensor) -> None:
+def _masked(row: torch.Tensor, dtype: torch.dtype) -> None:
     row[::2] = float("-inf")
 
 
-def _one_hot(row: torch.Tensor) -> None:
+def _one_hot(row: torch.Tensor, dtype: torch.dtype) -> None:
     row.fill_(float("-inf"))
     row[700] = 0.0
 
 
-def _huge(row: torch.Tensor) -> None:
-    big = torch.finfo(row.dtype).max * 0.75
+def _huge(row: torch.Tensor, dtype: torch.dtype) -> None:
+    big = torch.finfo(dtype).max * 0.75
     row.clamp_(-1, 1).mul_(big)
+
+
+def _both(*patterns: Pattern) -> Pattern:
+    def poison(row: torch.Tensor, dtype: torch.dtype) -> None:
+        for pattern in patterns:
+            pattern(row, dtype)
+
+    return poison
 
 
 PATTERNS: dict[str, tuple[str, Pattern]] = {
@@ -47,10 +60,7 @@ PATTERNS: dict[str, tuple[str, Pattern]] = {
     "nan_all": ("every logit NaN", _fill(float("nan"))),
     "posinf_one": ("one +inf", _at(300, value=float("inf"))),
     "posinf_two": ("two +inf (a tie of infinities)", _at(900, 40, value=float("inf"))),
-    "nan_and_posinf": (
-        "a NaN and a +inf",
-        lambda r: (_at(10, value=float("nan"))(r), _at(20, value=float("inf"))(r)),
-    ),
+    "nan_and_posinf": ("a NaN and a +inf", _both(_at(10, value=float("nan")), _at(20, value=float("inf")))),
     "neginf_half": ("every other logit -inf (a vocabulary mask)", _masked),
     "neginf_all": ("every logit -inf", _fill(float("-inf"))),
     "one_hot": ("one 0, the rest -inf", _one_hot),
@@ -59,13 +69,21 @@ PATTERNS: dict[str, tuple[str, Pattern]] = {
 }
 
 
+def pattern_rows(patterns: Iterable[Pattern], dtype: torch.dtype, vocab: int = EDGE_VOCAB) -> torch.Tensor:
+    """One float32 row per pattern, `[n, vocab]` on the CPU, gaussian where the pattern leaves it (seed 0):
+    cast it to `dtype` to get the logits."""
+    patterns = list(patterns)
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn((len(patterns), vocab), generator=gen)
+    for row, poison in zip(rows, patterns, strict=True):
+        poison(row, dtype)
+    return rows
+
+
 def edge_logits(dtype: torch.dtype, device: torch.device | str, vocab: int = EDGE_VOCAB) -> torch.Tensor:
     """One row per pattern, `[len(PATTERNS), vocab]`, gaussian elsewhere."""
-    gen = torch.Generator(device=device).manual_seed(0)
-    rows = torch.randn((len(PATTERNS), vocab), generator=gen, device=device).to(dtype)
-    for row, (_, poison) in zip(rows, PATTERNS.values(), strict=True):
-        poison(row)
-    return rows
+    rows = pattern_rows((poison for _, poison in PATTERNS.values()), dtype, vocab)
+    return rows.to(dtype).to(device)
 
 
 def _fmt(values: torch.Tensor) -> str:
@@ -80,17 +98,20 @@ def _same(a: Outputs, b: Outputs, dtype: torch.dtype) -> bool:
     return bool(torch.equal(a[1], b[1]) and torch.allclose(a[0], b[0], rtol=rtol, atol=atol, equal_nan=True))
 
 
+def call(variant: variants.Variant, logits: torch.Tensor, k: int) -> Outputs | str:
+    """The variant's outputs copied to the CPU, or the exception it raised, in one line."""
+    try:
+        p, idx = variant(logits, k)
+        return p.cpu(), idx.cpu()
+    except Exception as exc:  # recorded as a crash instead of stopping
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
 def _run(name: str, logits: torch.Tensor, k: int) -> Outputs | str:
     """A variant's outputs on the CPU, or why there are none (unavailable here, or the error it raised)."""
     variant = variants.get(name)
-    reason = variant.available(logits.device)
-    if reason:
-        return reason
-    try:
-        p, idx = variant(logits, k)
-    except Exception as exc:  # the matrix records crashes instead of stopping
-        return f"{type(exc).__name__}: {exc}"
-    return p.cpu(), idx.cpu()
+    return variant.available(logits.device) or call(variant, logits, k)
 
 
 def _cell(out: Outputs | str, base: Outputs | str, row: int, vocab: int, dtype: torch.dtype) -> dict:

@@ -6,7 +6,7 @@
 # most 8 minutes), then packs everything into at most 8 files directly in OUT_DIR, each under MAX_BYTES
 # (15 MiB), names of letters, digits, '.', '_', '-':
 #   summary.md   the stages (status, exit, seconds, budget), the machine, the sweep's summary table with the
-#                tuned plans, the draft loop, the tests, what was left out of the pack
+#                tuned plans, the draft loop, the battery, the tests, what was left out of the pack
 #   results.csv  report.html   the sweep's rows and its report
 #   tuned.json   tune.csv      the tuned-plan table (triton_auto's plans in the sweep) and every candidate
 #   kernels.csv  draft.csv     the compile report for this GPU's architecture; the draft loop's rows
@@ -18,19 +18,22 @@
 #
 # Stages, in this order (STAGES picks and orders them). Budget in seconds (env <STAGE>_S, e.g. SWEEP_S=200)
 # and an ESTIMATE of its time on an H200 with a cold Triton cache (not yet timed on one):
-#   machine   20 s   est. 10 s   versions, device, datasheet peak and measured copy bandwidth
+#   machine   15 s   est. 10 s   versions, device, datasheet peak and measured copy bandwidth
 #   warm      60 s   est. 45 s   Triton's compile cache filled in parallel, half the budget each: the tune
 #                                scenario's candidate plans (~105 kernels), then the sweep's (~23):
 #                                python -m perfsuite.kernels.warm SCENARIO [--tune] --jobs N --budget S
 #   kernels   30 s   est. 15 s   `perfsuite kernels` for this GPU's architecture only: registers, spills,
 #                                occupancy, load width (KERNEL_TARGETS="sm_90 gfx942" to choose)
-#   tune      60 s   est. 45 s   `perfsuite tune scenarios/tune.toml`: 12 shapes x ~30 plans -> tuned.json
-#   sweep    140 s   est. 130 s  `perfsuite run scenarios/gpu_check.toml`: 576 cases, triton_auto tuned
+#   tune      50 s   est. 45 s   `perfsuite tune scenarios/tune.toml`: 12 shapes x ~30 plans -> tuned.json
+#   sweep    140 s   est. 135 s  `perfsuite run scenarios/gpu_check.toml`: 600 cases, triton_auto tuned
 #   summary   20 s   est. 8 s    `python -m perfsuite.report.summary`: medians, speedups, targets, plans
 #   draft     45 s   est. 35 s   `perfsuite run scenarios/draft_gpu.toml`: 32 draft cycles, eager and graph
+#   check     25 s   est. 20 s   `perfsuite check`, the conformance battery with graph capture: the torch-op
+#                                variants in full (CHECK_TORCH, at most a third of the budget), then the
+#                                Triton ones on --quick (CHECK_TRITON); CHECK_ARGS adds arguments
 #   tests     60 s   est. 50 s   the GPU tests (TESTS): graphs, device timing, Triton kernels, tuning
 #   tp        60 s   only with more than one GPU: NCCL tests and scenarios/tp_models.toml
-# Budgets 435 s + GRACE_S 20 + PACK_S 15 = 470 s <= BUDGET_S; estimates about 338 s. A stage starts with at
+# Budgets 445 s + GRACE_S 20 + PACK_S 15 = 480 s <= BUDGET_S; estimates about 363 s. A stage starts with at
 # most what is left of BUDGET_S (less GRACE_S and PACK_S) and is not run when under 3 s are left.
 # Overrides: SCENARIO, TUNE_SCENARIO, DRAFT_SCENARIO, TP_SCENARIO, TESTS (pytest arguments), PYTHON,
 # KERNEL_TARGETS, MAX_BYTES; KEEP_WORK=1 keeps the scratch folder.
@@ -44,7 +47,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-ALL_STAGES="machine warm kernels tune sweep summary draft tests tp"
+ALL_STAGES="machine warm kernels tune sweep summary draft check tests tp"
 OUT_DIR=${1:-${OUT:-reports/gpu-check}}
 STAGES=${STAGES:-$ALL_STAGES}
 SCENARIO=${SCENARIO:-scenarios/gpu_check.toml}
@@ -55,8 +58,12 @@ TESTS=${TESTS:-tests/test_gpu.py tests/test_draft_gpu.py tests/test_tuning.py te
 BUDGET_S=${BUDGET_S:-480}
 GRACE_S=${GRACE_S:-20}  # from a stage's SIGINT to its SIGKILL: time to write what it measured
 PACK_S=${PACK_S:-15}    # kept for the pack
-MACHINE_S=${MACHINE_S:-20} WARM_S=${WARM_S:-60} KERNELS_S=${KERNELS_S:-30} TUNE_S=${TUNE_S:-60}
-SWEEP_S=${SWEEP_S:-140} SUMMARY_S=${SUMMARY_S:-20} DRAFT_S=${DRAFT_S:-45} TESTS_S=${TESTS_S:-60}
+MACHINE_S=${MACHINE_S:-15} WARM_S=${WARM_S:-60} KERNELS_S=${KERNELS_S:-30} TUNE_S=${TUNE_S:-50}
+SWEEP_S=${SWEEP_S:-140} SUMMARY_S=${SUMMARY_S:-20} DRAFT_S=${DRAFT_S:-45} CHECK_S=${CHECK_S:-25}
+TESTS_S=${TESTS_S:-60}
+CHECK_TORCH=${CHECK_TORCH:-full_softmax argmax_ones identity identity_engine_order}
+CHECK_TRITON=${CHECK_TRITON:-triton_auto triton_fused triton_split}
+CHECK_ARGS=${CHECK_ARGS:-}
 TP_S=${TP_S:-60}
 MAX_BYTES=${MAX_BYTES:-$((15 * 1024 * 1024))}
 MIN_STAGE_S=3
@@ -68,8 +75,8 @@ fail() { echo "gpu_check: $*" >&2; exit 2; }
 for stage in $STAGES; do
   case " $ALL_STAGES " in *" $stage "*) ;; *) fail "unknown stage $stage (known: $ALL_STAGES)" ;; esac
 done
-for name in BUDGET_S GRACE_S PACK_S MACHINE_S WARM_S KERNELS_S TUNE_S SWEEP_S SUMMARY_S DRAFT_S TESTS_S \
-  TP_S MAX_BYTES; do
+for name in BUDGET_S GRACE_S PACK_S MACHINE_S WARM_S KERNELS_S TUNE_S SWEEP_S SUMMARY_S DRAFT_S CHECK_S \
+  TESTS_S TP_S MAX_BYTES; do
   [[ ${!name} =~ ^[0-9]+$ ]] || fail "$name must be a whole number of seconds (bytes), got '${!name}'"
 done
 packed_name() {  # is $1 a name the pack writes (itself, or gzipped)?
@@ -227,6 +234,20 @@ stage_summary() {
 
 stage_draft() {
   limited "$PY" -m perfsuite run "$DRAFT_SCENARIO" --out "$WORK/draft" --no-progress
+}
+
+stage_check() {
+  local rc=0 rc_triton=0
+  mkdir -p "$WORK/check"
+  # shellcheck disable=SC2086  # the selector lists and CHECK_ARGS are word lists
+  within "$(($(left) / 3))" "$PY" -m perfsuite check $CHECK_TORCH $CHECK_ARGS --csv "$WORK/check/torch.csv" \
+    || rc=$?
+  # the Triton kernels' first calls compile: the quick subset, with what is left
+  # shellcheck disable=SC2086
+  limited "$PY" -m perfsuite check $CHECK_TRITON --quick $CHECK_ARGS --csv "$WORK/check/triton.csv" \
+    || rc_triton=$?
+  [ "$rc" -ne 0 ] && return "$rc"
+  return "$rc_triton"
 }
 
 stage_tests() {
@@ -393,12 +414,13 @@ compose_summary() {
   fi
   [ -s "$WORK/summary/summary.md" ] || section "Sweep" "$WORK/logs/sweep.log" 12
   section "Draft loop" "$WORK/logs/draft.log" 12
+  section "Conformance battery (perfsuite check)" "$WORK/logs/check.log" 40
   section "Tests" "$WORK/logs/tests.log" 25
   section "Kernels (this GPU's architecture)" "$WORK/logs/kernels.log" 40
   section "Machine" "$WORK/logs/machine.log" 60
   printf '\n## Files\n\n'
   echo "OUT_DIR holds at most 8 files; logs.tar.gz holds the scratch folder (logs/<stage>.log, sweep/,"
-  echo "tune/, kernels/asm/, draft/, tests/junit.xml, summary/)."
+  echo "tune/, kernels/asm/, draft/, check/, tests/junit.xml, summary/)."
 }
 
 pack() {

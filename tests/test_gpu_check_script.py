@@ -94,6 +94,9 @@ def _env(tmp_path: Path, stages: str, **extra: str) -> dict[str, str]:
         "TUNE_SCENARIO": _scenario(tmp_path, "tune", TUNE),
         "DRAFT_SCENARIO": _scenario(tmp_path, "draft", DRAFT),
         "TESTS": str(tmp_path / "test_tiny.py"),
+        # the battery on two cases (one the graph capture), Triton's fused kernel for the Triton part
+        "CHECK_ARGS": "--case vocab_7 --case graph_replay --dtype float32",
+        "CHECK_TRITON": "triton_fused",
         "PYTHON": sys.executable,
         "TMPDIR": str(tmp_path),  # the scratch folder: gone after the pack
         kernels.INTERPRET_ENV: "1",
@@ -131,18 +134,20 @@ def _assert_returnable(out: Path, max_bytes: int = 15 << 20) -> list[str]:
 @needs_triton
 @cpu_dry_run
 def test_every_stage_runs_and_the_pack_is_returnable(tmp_path):
-    done = _run(tmp_path, "machine warm kernels tune sweep summary draft tests tp")
+    done = _run(tmp_path, "machine warm kernels tune sweep summary draft check tests tp")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = tmp_path / "out"
     names = _assert_returnable(out)
     expected = {"summary.md", "results.csv", "report.html", "tuned.json", "tune.csv", "kernels.csv"}
     assert expected | {"draft.csv", "logs.tar.gz"} == set(names)
     stages = _stages(out)
-    assert list(stages) == ["machine", "warm", "kernels", "tune", "sweep", "summary", "draft", "tests", "tp"]
+    assert list(stages) == [
+        *("machine", "warm", "kernels", "tune", "sweep", "summary", "draft", "check", "tests", "tp")
+    ]
     assert stages["tp"].startswith("skipped: 0 GPU visible")
     assert stages["warm"] == "ok" or stages["warm"].startswith("skipped: perfsuite/kernels/warm.py is not")
     assert all(
-        stages[s] == "ok" for s in ("machine", "kernels", "tune", "sweep", "summary", "draft", "tests")
+        stages[s] == "ok" for s in ("machine", "kernels", "tune", "sweep", "summary", "draft", "check", "tests")
     )
     assert not list(tmp_path.glob("gpu-check.*")), "the scratch folder is removed after the pack"
     summary = (out / "summary.md").read_text()
@@ -166,6 +171,8 @@ def test_every_stage_runs_and_the_pack_is_returnable(tmp_path):
     assert {Path(m).suffix for m in asm} == {".ttgir", ".ptx", ".sass"}  # many files, one archive
     stage_logs = {f"logs/{s}.log" for s in stages}
     assert stage_logs | {"sweep/results.jsonl", "sweep/edge_cases.csv", "tests/junit.xml"} <= members
+    assert {"check/torch.csv", "check/triton.csv"} <= members  # the battery's rows
+    assert "Conformance battery" in (tmp_path / "out" / "summary.md").read_text()
     assert "1 passed" in (out / "summary.md").read_text()  # the tests stage's pytest line
 
 
@@ -238,7 +245,7 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
     Path(graph_sweep).write_text(
         Path(graph_sweep).read_text().replace("[sweep]\n", '[sweep]\npaths = ["eager", "graph"]\n')
     )
-    env = _env(tmp_path, "machine warm kernels tune sweep summary draft tests tp")
+    env = _env(tmp_path, "machine warm kernels tune sweep summary draft check tests tp")
     env.update(
         SCENARIO=graph_sweep,
         TUNE_SCENARIO=on_the_gpu["tune"],
@@ -246,7 +253,7 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
         PERFSUITE_SIMULATED_GPU="h200",
         BUDGET_S="3000",  # the stages' budgets are an H200's: the simulation interprets Triton on 2 cores
         **{f"{stage}_S": "400" for stage in ("MACHINE", "WARM", "KERNELS", "TUNE", "SWEEP", "SUMMARY")},
-        **{f"{stage}_S": "400" for stage in ("DRAFT", "TESTS", "TP")},
+        **{f"{stage}_S": "400" for stage in ("DRAFT", "CHECK", "TESTS", "TP")},
     )
     command = ["bash", str(SCRIPT), str(tmp_path / "out")]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
@@ -264,4 +271,8 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
     assert '"device": "NVIDIA H200 (simulated)"' in (out / "tuned.json").read_text()
     draft = pd.read_csv(out / "draft.csv")
     assert set(draft["path"]) == {"eager", "graph"} and (draft["status"] == "ok").all()
+    with tarfile.open(out / "logs.tar.gz") as logs:  # the battery captured and replayed in a graph
+        checked = pd.read_csv(logs.extractfile("./check/torch.csv"))
+    replayed = checked[checked["case"] == "graph_replay"]
+    assert len(replayed) and set(replayed["verdict"]) == {"pass"}, replayed
     assert "(simulated)" in (out / "summary.md").read_text()

@@ -15,6 +15,9 @@ rounded: probabilities rounded to the input dtype before selection (the engines'
 inexact: the indices follow the logits order but `topk_p` is not a probability (argmax_ones)."""
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+"""The logits dtypes every built-in variant accepts (an external selector may declare others)."""
+FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
+"""The 8-bit float dtypes this torch has: logits a selector may declare (`external`'s `dtypes`)."""
 OUTPUT_BYTES_PER_SLOT = 4 + 8  # float32 topk_p + int64 topk_index
 
 
@@ -69,30 +72,38 @@ class Variant:
     launch: Callable[[int, int, int, torch.dtype], str] | None = None
     """How the variant launches a shape (batch, vocab, k, dtype) on the current device, for the results
     (the Triton variants: kernel, splits, tile, warps); None for the others."""
+    dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES
+    """The logits dtypes it accepts; others are refused by `check_inputs` (the battery: "not claimed")."""
 
     @property
     def exact(self) -> bool:
         return self.accuracy == "exact"
 
     def __call__(self, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return bind(self.select, logits, k)()
+        return bind(self.select, logits, k, self.dtypes)()
 
 
-def check_inputs(logits: torch.Tensor, k: int) -> None:
-    """Raise ValueError for inputs outside the contract (shape, dtype, k)."""
+def dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:
+    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+
+
+def check_inputs(logits: torch.Tensor, k: int, dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES) -> None:
+    """Raise ValueError for inputs outside the contract (shape, dtype among `dtypes`, k)."""
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
-    if logits.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"logits dtype {logits.dtype} is not one of float32, float16, bfloat16")
+    if logits.dtype not in dtypes:
+        raise ValueError(f"logits dtype {logits.dtype} is not one of {dtype_names(dtypes)}")
     if logits.stride(-1) != 1:
         raise ValueError("logits rows must be contiguous (a row-strided view is fine)")
     if not 1 <= k <= logits.shape[1]:
         raise ValueError(f"topk must be in [1, vocab={logits.shape[1]}], got {k}")
 
 
-def bind(select: Selector, logits: torch.Tensor, k: int) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+def bind(
+    select: Selector, logits: torch.Tensor, k: int, dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES
+) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
     """A zero-argument call of `select` on checked inputs; an empty batch never reaches the selector."""
-    check_inputs(logits, k)
+    check_inputs(logits, k, dtypes)
     if logits.shape[0] == 0:
         return lambda: empty_outputs(logits, k)
     return lambda: select(logits, k)

@@ -23,6 +23,10 @@ Contract keys:
                      (batch, k, device) and reuses, so their addresses are stable as in a graph-captured
                      engine (the first call outside capture allocates them)
   lowest_index_ties  True (default) | False: ties among equal logits are broken towards the lower index
+  dtypes             the logits dtypes it accepts, names from "float32", "float16", "bfloat16",
+                     "float8_e4m3fn", "float8_e5m2" (the 8-bit ones where torch has them); default
+                     the three 16/32-bit floats. Others are refused before the call; `perfsuite check`
+                     records them as "not claimed", not as failures
   summary            free text for `perfsuite variants` and the report
 
 An indices-only selector claims nothing about probabilities: the adapter fills `topk_p` with 1.0 (as
@@ -44,7 +48,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.variants.base import Variant, always_available, ideal_traffic
+from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, always_available, ideal_traffic
 
 ATTRIBUTE = "__perfsuite_selector__"
 GROUP = "perfsuite.selectors"
@@ -60,6 +64,9 @@ HOW_TO_DECLARE = (
     f"or set its {ATTRIBUTE} = {{'accuracy': ...}}"
 )
 INDEX_DTYPES = {"int64": torch.int64, "int32": torch.int32}
+LOGITS_DTYPES = {str(d).removeprefix("torch."): d for d in (*SUPPORTED_DTYPES, *FP8_DTYPES)}
+"""Logits dtypes a selector may declare, by name."""
+DEFAULT_DTYPES = ("float32", "float16", "bfloat16")
 
 
 class ExternalSelectorError(ValueError):
@@ -76,10 +83,15 @@ class Contract:
     preallocated: bool = False
     lowest_index_ties: bool = True
     summary: str = ""
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES
 
     @property
     def indices_only(self) -> bool:
         return self.outputs == "indices"
+
+    @property
+    def torch_dtypes(self) -> tuple[torch.dtype, ...]:
+        return tuple(LOGITS_DTYPES[name] for name in self.dtypes)
 
 
 KEYS = tuple(f.name for f in fields(Contract))
@@ -96,7 +108,7 @@ def _allowed(values: tuple[Any, ...]) -> str:
 
 def contract(name: str, declared: Any) -> Contract:
     """Validate a declaration (a `Contract` or a dict) of the selector `name`."""
-    if isinstance(declared, Contract):
+    if isinstance(declared, Contract) or _contract_like(declared):
         declared = {key: getattr(declared, key) for key in KEYS}
     if not isinstance(declared, dict):
         raise ExternalSelectorError(
@@ -110,6 +122,8 @@ def contract(name: str, declared: Any) -> Contract:
         if key == "summary":
             if not isinstance(value, str):
                 raise ExternalSelectorError(f"selector {name!r}: contract key 'summary' must be a string")
+        elif key == "dtypes":
+            declared = {**declared, "dtypes": _dtypes(name, value)}
         elif not any(value is v or (type(value) is type(v) and value == v) for v in ALLOWED[key]):
             raise ExternalSelectorError(
                 f"selector {name!r}: contract key {key!r} is {value!r}; allowed: {_allowed(ALLOWED[key])}"
@@ -122,6 +136,28 @@ def contract(name: str, declared: Any) -> Contract:
     return Contract(**declared)
 
 
+def _contract_like(declared: Any) -> bool:
+    """A `Contract` of another import of this module (a reloaded module, pytest's pytester): same fields."""
+    return type(declared).__name__ == "Contract" and all(hasattr(declared, key) for key in KEYS)
+
+
+def _dtypes(name: str, value: Any) -> tuple[str, ...]:
+    """A declared `dtypes`: a non-empty list or tuple of known dtype names (a lone name is fine)."""
+    names = (value,) if isinstance(value, str) else value
+    allowed = _allowed(tuple(LOGITS_DTYPES))
+    if not isinstance(names, (list, tuple)) or not names:
+        raise ExternalSelectorError(
+            f"selector {name!r}: contract key 'dtypes' must be a non-empty list of names from {allowed}"
+        )
+    for item in names:
+        if item not in LOGITS_DTYPES:
+            raise ExternalSelectorError(
+                f"selector {name!r}: contract key 'dtypes' holds {item!r}; allowed: {allowed} "
+                "(the float8 ones where this torch has them)"
+            )
+    return tuple(dict.fromkeys(names))
+
+
 def selector(
     *,
     accuracy: str,
@@ -130,6 +166,7 @@ def selector(
     preallocated: bool = False,
     lowest_index_ties: bool = True,
     summary: str = "",
+    dtypes: tuple[str, ...] | list[str] = DEFAULT_DTYPES,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a function a top-k selector perfsuite can measure; returns the function unchanged, with
     its `Contract` in `__perfsuite_selector__`. A bad value raises `ExternalSelectorError` at once."""
@@ -140,6 +177,7 @@ def selector(
         "preallocated": preallocated,
         "lowest_index_ties": lowest_index_ties,
         "summary": summary,
+        "dtypes": dtypes,
     }
 
     def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -243,6 +281,7 @@ def adapt(name: str, fn: Callable[..., Any], declared: Contract) -> Variant:
         summary=summary_of(fn, declared),
         lowest_index_ties=declared.lowest_index_ties,
         available=always_available,
+        dtypes=declared.torch_dtypes,
     )
 
 
@@ -255,6 +294,8 @@ def summary_of(fn: Callable[..., Any], declared: Contract) -> str:
         shape.append("int32 indices widened")
     if declared.preallocated:
         shape.append("preallocated outputs")
+    if declared.dtypes != DEFAULT_DTYPES:
+        shape.append(f"logits {', '.join(declared.dtypes)}")
     shape.append("bytes model = ideal traffic (its passes are not known)")
     return f"{own} [external: {'; '.join(shape)}]"
 

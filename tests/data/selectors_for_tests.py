@@ -118,3 +118,9 @@ class Engine:
 
 
 NOT_CALLABLE = 3
+
+
+@selector(accuracy="exact", dtypes=["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def fp8_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Declares bf16 and fp8 logits (upcast to fp32 first: torch's CPU sort has no fp8)."""
+    return _exact(logits.float(), k)

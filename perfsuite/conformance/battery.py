@@ -1,0 +1,177 @@
+"""Running the battery on one selector: one row per (case, dtype, k), and the console table of them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+import pandas as pd
+import torch
+
+from perfsuite import edge_cases, variants
+from perfsuite.conformance import cases as catalogue
+from perfsuite.conformance import graph
+from perfsuite.conformance.judge import Verdict, failed, judge, skipped
+from perfsuite.inputs import DTYPE_ALIASES, dtype_name
+from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, dtype_names
+
+DTYPES = (*SUPPORTED_DTYPES, *FP8_DTYPES)
+"""Every logits dtype the battery knows (the float8 ones where this torch has them)."""
+COLUMNS = (
+    "selector", "case", "dtype", "k", "verdict", "finding", "detail", "batch", "vocab", "row_stride",
+    "offset", "description", "accuracy", "lowest_index_ties", "device", "seconds",
+)  # fmt: skip
+ALL_CASES = "*"
+NEEDS_GPU = "graph capture needs a GPU (CUDA or HIP)"
+INTERPRETER_BF16 = (
+    "Triton's CPU interpreter converts bf16 subnormals to float32 wrongly (a load-and-store kernel gives "
+    "1.14e-38 for 5.79e-39): run it on a GPU"
+)
+
+
+def dtype_of(name: str) -> torch.dtype:
+    """A logits dtype by name or alias (`bf16`, `float8_e4m3fn`); ValueError naming the known ones."""
+    known = {dtype_name(d): d for d in DTYPES}
+    dtype = known.get(DTYPE_ALIASES.get(name, name))
+    if dtype is None:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(known)}")
+    return dtype
+
+
+def gpu_available() -> bool:
+    """Whether torch sees a CUDA or ROCm device (or the simulated one)."""
+    return torch.cuda.is_available()
+
+
+def _row(variant: Variant, device: torch.device, dtype: torch.dtype, verdict: Verdict, **where) -> dict:
+    return {
+        "selector": variant.name,
+        "case": ALL_CASES,
+        "dtype": dtype_name(dtype),
+        "k": pd.NA,
+        "verdict": verdict.status,
+        "finding": verdict.finding,
+        "detail": verdict.detail,
+        "accuracy": variant.accuracy,
+        "lowest_index_ties": variant.lowest_index_ties,
+        "device": str(device),
+        **where,
+    }
+
+
+def rows(
+    name: str,
+    device: torch.device,
+    *,
+    cases: Iterable[str] | None = None,
+    dtypes: Iterable[torch.dtype] | None = None,
+    quick: bool = False,
+) -> Iterator[dict]:
+    """Run the battery on the selector `name` (loaded through `variants.get`), yielding a row per
+    (case, dtype, k) as it goes, and a row per dtype the selector does not claim.
+
+    `cases`: glob patterns of case names (all when None); `quick`: the quick subset. A `KeyError` or
+    `ExternalSelectorError` when `name` does not load, a `ValueError` when `cases` matches none."""
+    variant = variants.get(name)
+    chosen = catalogue.select(cases, quick=quick)
+    wanted = [d for d in DTYPES if dtypes is None or d in set(dtypes)]
+    unavailable = variant.available(device)
+    if unavailable:
+        yield _row(variant, device, wanted[0] if wanted else torch.float32, skipped(unavailable))
+        return
+    claimed = [d for d in wanted if d in variant.dtypes]
+    for dtype in wanted:
+        if dtype not in variant.dtypes:
+            reason = f"not claimed: the selector declares {dtype_names(variant.dtypes)}"
+            yield _row(variant, device, dtype, skipped(reason))
+    for case in chosen:
+        for dtype in claimed:
+            yield from _case_rows(variant, case, dtype, device)
+
+
+def _case_rows(
+    variant: Variant, case: catalogue.Case, dtype: torch.dtype, device: torch.device
+) -> Iterator[dict]:
+    where = {"case": case.name, "description": case.description, "vocab": case.vocab}
+    logits: torch.Tensor | None = None
+    reason = ""
+    if case.graph and device.type != "cuda":
+        reason = NEEDS_GPU
+    elif case.name == "subnormal" and dtype == torch.bfloat16 and variant.untimed(device):
+        reason = INTERPRETER_BF16  # `untimed`: a Triton kernel in the interpreter
+    else:
+        try:
+            logits = case.build(dtype, device)
+        except catalogue.Skip as skip:
+            reason = str(skip)
+    for k in case.topks():
+        start = time.perf_counter()
+        if logits is None:
+            verdict = skipped(reason)
+        elif case.graph:
+            verdict = graph.replay_verdict(variant, logits, k)
+        else:
+            verdict = _verdict(variant, logits, k)
+        layout = {}
+        if logits is not None:
+            offset = logits.storage_offset()
+            layout = {"batch": logits.shape[0], "row_stride": logits.stride(0), "offset": offset}
+        seconds = round(time.perf_counter() - start, 4)
+        yield _row(variant, device, dtype, verdict, **where, **layout, k=k, seconds=seconds)
+    del logits
+
+
+def _verdict(variant: Variant, logits: torch.Tensor, k: int) -> Verdict:
+    out = edge_cases.call(variant, logits, k)
+    if isinstance(out, str):
+        return failed("crash", out)
+    return judge(variant, logits, k, *out)
+
+
+def run(name: str, device: torch.device | str = "cpu", **options) -> pd.DataFrame:
+    """The battery's rows for the selector `name` as a table (`rows`' options)."""
+    return frame(rows(name, torch.device(device), **options))
+
+
+def frame(records: Iterable[dict]) -> pd.DataFrame:
+    """Rows as a table with the battery's columns in order."""
+    return pd.DataFrame.from_records(list(records), columns=list(COLUMNS))
+
+
+def counts(table: pd.DataFrame) -> str:
+    """ "n pass, n FAIL, n skip" of a table (zeros left out)."""
+    tally = table["verdict"].value_counts()
+    return ", ".join(f"{int(tally[v])} {v}" for v in ("pass", "FAIL", "skip") if v in tally) or "no rows"
+
+
+def console(table: pd.DataFrame) -> str:
+    """One selector's table for the terminal: a row per (case, k), a column per dtype, then each failure
+    and each distinct skip reason in full."""
+    if table.empty:
+        return "no rows"
+    variant = table.iloc[0]
+    ties = "lowest-index ties" if variant["lowest_index_ties"] else "ties in any order"
+    lines = [f"{variant['selector']}: {variant['accuracy']}, {ties}, on {variant['device']}"]
+    cells = table[table["case"] != ALL_CASES].copy()
+    if len(cells):
+        cells["cell"] = [
+            f"FAIL {r.finding}" if r.verdict == "FAIL" else r.verdict for r in cells.itertuples()
+        ]
+        cells["k"] = cells["k"].astype("Int64")
+        wide = cells.pivot_table(
+            index=["case", "k"], columns="dtype", values="cell", aggfunc="first", sort=False
+        ).fillna("")
+        wide.columns.name = None
+        lines.append(wide.reset_index().to_string(index=False))
+    for r in table[table["verdict"] == "FAIL"].itertuples():
+        lines.append(f"  FAIL {r.case} {r.dtype} k={_k(r.k)}: {r.detail}")
+    skips = table[table["verdict"] == "skip"]
+    for (case, reason), part in skips.groupby(["case", "detail"], sort=False):
+        dtypes = ", ".join(dict.fromkeys(part["dtype"]))
+        lines.append(f"  skip {case} ({dtypes}): {reason}")
+    lines.append(f"{variant['selector']}: {counts(table)} in {table['seconds'].sum():.1f} s")
+    return "\n".join(lines)
+
+
+def _k(value: object) -> str:
+    return "-" if pd.isna(value) else str(int(value))

@@ -1,0 +1,118 @@
+"""Selectors with the bugs engines have shipped, each declared with the contract a real kernel would carry
+(for tests/test_conformance.py, imported as `broken_selectors:<function>` with tests/data on sys.path).
+The battery must catch each one with the right verdict; with plain torch ops they stand in for kernels."""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from perfsuite.variants.external import selector
+
+
+def _top(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k indices, descending value, lowest index first on ties (a stable sort)."""
+    return torch.sort(x, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+def _softmax_at(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    x = logits.float()
+    row_max = x.amax(dim=-1, keepdim=True)
+    return torch.exp(x.gather(-1, index) - row_max) / torch.exp(x - row_max).sum(dim=-1, keepdim=True)
+
+
+TILE = 64
+
+
+@selector(accuracy="inexact", outputs="indices", index_dtype="int32", preallocated=True)
+def unmasked_tail(logits: torch.Tensor, k: int, out_index: torch.Tensor) -> None:
+    """Greedy argmax whose vector tail is not masked: every row is read in whole tiles of 64, past V
+    into whatever follows it (the padding of a row-strided view, the next row)."""
+    batch, vocab = logits.shape
+    stride, start = logits.stride(0), logits.storage_offset()
+    storage = logits.untyped_storage().nbytes() // logits.element_size()
+    tiles = -(-vocab // TILE) * TILE
+    width = min(tiles, storage - start - (batch - 1) * stride)  # what lies past the last row, at most
+    wide = torch.as_strided(logits, (batch, width), (stride, 1), start)
+    out_index.copy_(_top(wide, k))
+
+
+@selector(accuracy="exact")
+def highest_index_ties(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact, but ties go to the highest index (a reduction that keeps the last maximum), while the
+    contract claims the lowest (the default)."""
+    vocab = logits.shape[-1]
+    index = vocab - 1 - _top(logits.flip(-1), k)
+    return _softmax_at(logits, index), index
+
+
+@selector(accuracy="exact")
+def ones_claimed_exact(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The argmax shortcut, `topk_p = 1.0`, declared exact."""
+    index = _top(logits, k)
+    return torch.ones(index.shape, dtype=torch.float32, device=logits.device), index
+
+
+@selector(accuracy="inexact", outputs="indices")
+def nan_to_vocab(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Argmax that skips NaN and returns V (one past the end) for a row holding one."""
+    index = _top(logits.nan_to_num(nan=float("-inf"), posinf=float("inf")), k)
+    has_nan = torch.isnan(logits).any(dim=-1, keepdim=True)
+    return torch.where(has_nan, torch.full_like(index, logits.shape[-1]), index)
+
+
+@selector(accuracy="inexact", outputs="indices", index_dtype="int32", preallocated=True)
+def int32_row_offsets(logits: torch.Tensor, k: int, out_index: torch.Tensor) -> None:
+    """Argmax whose row offset `row * stride` is computed in 32 bits: past 2^32 elements it wraps
+    (modulo 2^32) and the row is read from the wrong place of the buffer."""
+    batch, vocab = logits.shape
+    stride, start = logits.stride(0), logits.storage_offset()
+    for row in range(batch):
+        offset = (start + row * stride) % (1 << 32)
+        read = torch.as_strided(logits, (1, vocab), (stride, 1), offset)
+        out_index[row].copy_(_top(read, k)[0])
+
+
+@selector(accuracy="exact")
+def syncs_on_host(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact, but asks the host whether the logits hold a NaN (a sync: no graph capture)."""
+    if bool(torch.isnan(logits).any()):
+        logits = logits.nan_to_num(nan=float("-inf"))
+    index = _top(logits, k)
+    return _softmax_at(logits, index), index
+
+
+_STAGED: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+"""id(logits) -> (the logits, their version when staged, the staged copy)."""
+
+
+@selector(accuracy="exact")
+def stale_staging(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact eagerly, but copies the logits into a staging buffer only when the host sees them change
+    (the tensor's version counter): a graph replays without that Python, on the stale copy."""
+    held = _STAGED.get(id(logits))
+    if held is not None and held[0]() is logits and held[1] == logits._version:
+        staged = held[2]
+    else:
+        staged = logits.clone()
+        _STAGED[id(logits)] = (weakref.ref(logits), logits._version, staged)
+    index = _top(staged, k)
+    return _softmax_at(staged, index), index
+
+
+@selector(accuracy="exact")
+def naive_softmax(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`exp(x) / sum(exp(x))` without subtracting the max: huge logits overflow to inf / inf = NaN."""
+    index = _top(logits, k)
+    e = torch.exp(logits.float())
+    return e.gather(-1, index) / e.sum(dim=-1, keepdim=True), index
+
+
+@selector(accuracy="exact")
+def aligned_only(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A kernel that refuses a vocabulary not a multiple of 8 (raises)."""
+    if logits.shape[-1] % 8:
+        raise ValueError(f"vocab {logits.shape[-1]} must be a multiple of 8\n(a second line)")
+    index = _top(logits, k)
+    return _softmax_at(logits, index), index

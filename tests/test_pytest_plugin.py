@@ -1,0 +1,86 @@
+"""The pytest plugin (perfsuite.pytest_plugin, entry point pytest11): an engine's test run checks its
+selector with the battery (`--perfsuite-selector`, `battery_test`, `perfsuite_check`) and times it
+(`perfsuite_benchmark`); without those it adds nothing to a test run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import perfsuite.conformance  # noqa: F401  here, so pytester's in-process runs do not re-import pandas
+
+pytest_plugins = ["pytester"]
+
+DATA = Path(__file__).parent / "data"
+FAST = ["--perfsuite-device", "cpu", "--perfsuite-case", "vocab_7", "--perfsuite-case", "ties_far"]
+
+
+@pytest.fixture
+def engine(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A bare project with the test selectors importable, as an engine repository would be."""
+    pytester.syspathinsert(DATA)
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    return pytester
+
+
+def test_the_plugin_is_installed_and_idle_unless_asked(engine):
+    engine.makepyfile(test_plain="def test_nothing():\n    assert True\n")
+    result = engine.runpytest_inprocess("-q", "--trace-config")
+    result.assert_outcomes(passed=1)
+    assert "perfsuite.pytest_plugin" in result.stdout.str()
+
+
+def test_selector_option_adds_an_item_per_battery_row(engine):
+    result = engine.runpytest_inprocess(
+        "-q", "-rs", "--perfsuite-selector", "identity", *FAST, "--collect-only"
+    )
+    items = [line for line in result.stdout.lines if "perfsuite-check[identity]" in line]
+    assert len(items) == 2 * 2 * 3 + 2  # 2 cases x 2 k x 3 dtypes, and the two fp8 dtypes not claimed
+    assert any(line.endswith("ties_far-bfloat16-k8") for line in items)
+    passing = engine.runpytest_inprocess("-q", "-rs", "--perfsuite-selector", "identity", *FAST)
+    passing.assert_outcomes(passed=12, skipped=2)
+    assert "not claimed" in passing.stdout.str()
+
+
+def test_a_broken_selector_fails_with_its_finding(engine):
+    spec = "broken_selectors:highest_index_ties"
+    result = engine.runpytest_inprocess("-q", "--perfsuite-selector", spec, *FAST, "-k", "ties_far")
+    result.assert_outcomes(failed=6, deselected=8)
+    result.stdout.fnmatch_lines(
+        ["*ties_far (equal maxima at 3 and V-5*): wrong tie: *index 8188, the lowest*"]
+    )
+
+
+def test_a_selector_that_does_not_load_is_a_usage_error(engine):
+    result = engine.runpytest_inprocess("--perfsuite-selector", "no_such_engine:topk")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "cannot import no_such_engine" in result.stderr.str()
+
+
+def test_test_files_use_battery_test_and_the_fixtures(engine):
+    engine.makepyfile(
+        test_engine="""
+        import pytest
+        from perfsuite.pytest_plugin import BatteryFailure, battery_test
+
+        test_conforms = battery_test("selectors_for_tests:exact_topk", "cpu", cases=["vocab_100"])
+
+        def test_table(perfsuite_check):
+            table = perfsuite_check("selectors_for_tests:exact_topk", "cpu", cases=["ties_far"])
+            assert set(table["verdict"]) == {"pass", "skip"}
+
+        def test_broken(perfsuite_check):
+            with pytest.raises(BatteryFailure, match="wrong probability"):
+                perfsuite_check("broken_selectors:ones_claimed_exact", "cpu", cases=["vocab_100"])
+
+        def test_speed(perfsuite_benchmark):
+            p, index = perfsuite_benchmark(
+                "selectors_for_tests:argmax_indices", batch=2, vocab=1000, k=1, dtype="float32", device="cpu"
+            )
+            assert index.shape == (2, 1)
+        """
+    )
+    result = engine.runpytest_inprocess("-q", "-rs", "--benchmark-disable")
+    result.assert_outcomes(passed=6 + 3, skipped=2)  # 3 dtypes x 2 k, the 3 tests; fp8 is not claimed
+    assert "not claimed" in result.stdout.str()
