@@ -147,7 +147,8 @@ def test_every_stage_runs_and_the_pack_is_returnable(tmp_path):
     assert stages["tp"].startswith("skipped: 0 GPU visible")
     assert stages["warm"] == "ok" or stages["warm"].startswith("skipped: perfsuite/kernels/warm.py is not")
     assert all(
-        stages[s] == "ok" for s in ("machine", "kernels", "tune", "sweep", "summary", "draft", "check", "tests")
+        stages[s] == "ok"
+        for s in ("machine", "kernels", "tune", "sweep", "summary", "draft", "check", "tests")
     )
     assert not list(tmp_path.glob("gpu-check.*")), "the scratch folder is removed after the pack"
     summary = (out / "summary.md").read_text()
