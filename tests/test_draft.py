@@ -1,4 +1,6 @@
-"""The draft loop on the CPU: tree shapes and invariants, selectors swapped in, consumer parity, compile vs
+"""The draft loop on the CPU: tree shapes and invariants, the loop as SGLang runs it (fp32 logits to the
+selector, the topk-1 fast path, the extend over num_draft_tokens, settings SGLang never runs labelled),
+selectors swapped in (external ones too), consumer parity and its tie-order / precision split, compile vs
 eager, the `[draft]` table's validation, `run_draft` rows and the report section.
 
 Shapes are tiny (V <= 4096, H <= 64) so the whole file runs in seconds; the Triton variants run under
@@ -8,6 +10,7 @@ TRITON_INTERPRET=1 (conftest) at V 256 only, where the interpreter takes a fract
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -27,14 +30,17 @@ from perfsuite.draft import (
     run_draft,
     timing_unroll,
 )
-from perfsuite.draft.consumer import compare, orphan_share
+from perfsuite.draft.consumer import compare, orphan_share, split
 from perfsuite.draft.counting import CPU_UNIT, count_kernels
-from perfsuite.report.draft_section import draft_html
+from perfsuite.draft.runner import FAST_PATH, ORGANISATION
+from perfsuite.report.draft_section import NOT_SGLANG, draft_html
 from perfsuite.schema import DRAFT_COLUMNS
+from perfsuite.variants import external
 from perfsuite.variants.base import Variant
 
 TORCH_EXACT = ("identity",)
 TRITON = ("triton_fused", "triton_split", "triton_auto")
+DATA = Path(__file__).parent / "data"  # selectors_for_tests: selectors written the way an engine would
 
 
 def _head(dtype: str = "float32", logits: str = "head", vocab: int = 512, hidden: int = 32) -> DraftHead:
@@ -167,16 +173,135 @@ def test_argmax_ones_breaks_the_tree_at_topk_1_with_fewer_draft_tokens_than_step
     )
 
 
-def test_bf16_near_ties_change_the_draft_tokens_and_float64_sides_with_the_logits_order():
-    head, config = _head("bfloat16", "near_ties", vocab=4096, hidden=64), LoopConfig(1, 3, 4)
-    base = _trees(head, "full_softmax", config, batch=8, cycles=8)
-    ref = _trees(head, "", config, batch=8, cycles=8, select=reference_select)
-    ones, exact = _trees(head, "argmax_ones", config, 8, 8), _trees(head, "identity", config, 8, 8)
-    assert compare(ones, base, "base")["tok_diff_base"] > 0.05
-    assert compare(exact, base, "base")["tok_diff_base"] > 0.05
-    assert compare(ones, exact, "x")["tok_diff_x"] == 0, "argmax of the logits = exact top-1 at k=1"
-    assert compare(exact, ref, "ref")["tok_diff_ref"] == 0
-    assert compare(base, ref, "ref")["tok_diff_ref"] > 0.05, "bf16 softmax rounding picks other tokens"
+def _traced(head: DraftHead, select, config: LoopConfig, batch: int = 8, cycles: int = 8):
+    loop = DraftLoop(head, select, config)
+    return [
+        loop.cycle_traced(t, h)
+        for t, h in inputs_for(head.config, batch, config.extend_tokens, cycles, "cpu")
+    ]
+
+
+def test_bf16_near_ties_change_draft_tokens_only_without_the_fp32_upcast():
+    """SGLang hands the draft step fp32 logits: there full_softmax keeps the logits' order. Handed the
+    head's bf16 logits (an engine without upcast), bf16 softmax rounding picks other tokens: precision."""
+    head = _head("bfloat16", "near_ties", vocab=4096, hidden=64)
+    for upcast in (True, False):
+        config = LoopConfig(1, 3, 4, upcast)
+        base = _traced(head, variants.get("full_softmax").select, config)
+        ref = _traced(head, reference_select, config)
+        ones = _traced(head, variants.get("argmax_ones").select, config)
+        exact = _traced(head, variants.get("identity").select, config)
+        trees = {name: [t.tree for t in run] for name, run in (("base", base), ("ref", ref), ("ones", ones))}
+        exact_trees = [t.tree for t in exact]
+        assert compare(trees["ones"], exact_trees, "x")["tok_diff_x"] == 0, "argmax = exact top-1 at k=1"
+        assert compare(exact_trees, trees["ref"], "ref")["tok_diff_ref"] == 0
+        rounding = compare(trees["base"], trees["ref"], "ref")["tok_diff_ref"]
+        parts = split(base, ref, config, "ref")
+        if upcast:  # SGLang's draft step: no bf16 softmax rounding
+            assert rounding == 0 and compare(exact_trees, trees["base"], "b")["tok_diff_b"] == 0
+            assert parts == {"tie_diff_ref": 0, "precision_diff_ref": 0}
+        else:
+            assert rounding > 0.05, "bf16 softmax rounding picks other tokens"
+            assert compare(exact_trees, trees["base"], "b")["tok_diff_b"] > 0.05
+            assert parts["tie_diff_ref"] == 0 and parts["precision_diff_ref"] >= rounding
+
+
+def _highest_index_ties(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """identity's probabilities with ties broken towards the highest index (a deliberate tie rule)."""
+    vocab = logits.shape[-1]
+    topk_p, flipped = variants.get("identity").select(logits.flip(-1).contiguous(), k)
+    return topk_p, vocab - 1 - flipped
+
+
+def test_parity_split_tells_tie_order_from_precision():
+    """Exact twin logits: the highest-index rule parts from identity's by ties only; argmax_ones' 1.0
+    scores part by values; a selector against itself does not differ at all. A difference is classed by
+    where the trees first part (argmax_ones on exact twins would part by tie order first)."""
+    head, config = _head(logits="ties", vocab=256, hidden=16), LoopConfig(2, 3, 6)
+    exact = _traced(head, variants.get("identity").select, config, 4, 4)
+    high = _traced(head, _highest_index_ties, config, 4, 4)
+    differs = compare([t.tree for t in high], [t.tree for t in exact], "x")
+    assert differs["tok_diff_x"] > 0.5
+    ties = split(high, exact, config, "x")
+    assert ties["tie_diff_x"] >= differs["tok_diff_x"] and ties["precision_diff_x"] == 0
+    # argmax_ones' scores are all 1.0: on a head without exact ties its trees part by values
+    plain = _head(vocab=256, hidden=16)
+    values = split(
+        _traced(plain, variants.get("argmax_ones").select, config, 4, 4),
+        _traced(plain, variants.get("identity").select, config, 4, 4),
+        config,
+        "x",
+    )
+    assert values["precision_diff_x"] > 0.5 and values["tie_diff_x"] == 0
+    assert split(exact, exact, config, "x") == {"tie_diff_x": 0, "precision_diff_x": 0}
+    # near-equal (not equal) twins: another token is another value, never a tie
+    near = _head("bfloat16", "near_ties", vocab=4096, hidden=64)
+    cfg = LoopConfig(1, 3, 4, upcast=False)
+    rounded = split(
+        _traced(near, variants.get("full_softmax").select, cfg),
+        _traced(near, reference_select, cfg),
+        cfg,
+        "r",
+    )
+    assert rounded["tie_diff_r"] == 0 and rounded["precision_diff_r"] > 0
+
+
+# ------------------------------------------------------------------------------------ as SGLang runs it
+
+
+def test_topk_1_fast_path_is_the_organisation_without_its_work(monkeypatch):
+    """At topk 1 with num_draft_tokens = num_steps + 1 the tree is SGLang's constant chain: the same tree
+    the organisation builds, with fewer ops per cycle (no top-k, sort or gathers over the scores)."""
+    head, config = _head(), LoopConfig(1, 4, 5)
+    assert config.fast_path and config.unlike_sglang() is None
+    fast = _trees(head, "full_softmax", config)
+    tokens, hidden = inputs_for(head.config, 4, config.extend_tokens, 1, "cpu")[0]
+    loop = DraftLoop(head, variants.get("full_softmax").select, config)
+    fast_ops = count_kernels(lambda: loop.cycle_tuple(tokens, hidden), torch.device("cpu")).kernels
+    monkeypatch.setattr(LoopConfig, "fast_path", property(lambda self: False))
+    organised = _trees(head, "full_softmax", config)
+    slow_ops = count_kernels(lambda: loop.cycle_tuple(tokens, hidden), torch.device("cpu")).kernels
+    for a, b in zip(fast, organised, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x, y)
+    assert torch.equal(fast[0].positions, torch.arange(4).expand(4, 4))
+    assert torch.equal(fast[0].parents, torch.arange(-1, 3).expand(4, 4))
+    assert fast_ops < slow_ops - 2
+
+
+def test_settings_sglang_never_runs_are_labelled_and_auto_is_sglangs():
+    assert LoopConfig(1, 5, 3).unlike_sglang() == (
+        "not run by SGLang: topk 1 with num_draft_tokens 3 (SGLang sets num_steps + 1 = 6)"
+    )
+    assert not LoopConfig(1, 5, 3).fast_path
+    assert LoopConfig(4, 5, 3).unlike_sglang() is None and not LoopConfig(4, 3, 4).fast_path
+    cases = expand_draft(_scenario({"topk": [1, 4], "num_steps": 5, "variants": "identity"}))
+    assert {c.loop.num_draft_tokens for c in cases if c.loop.topk == 1} == {6}
+
+
+def test_draft_extend_covers_num_draft_tokens(monkeypatch):
+    head, config = _head(), LoopConfig(4, 3, 9)
+    assert config.extend_tokens == 9
+    seen: list[int] = []
+    step = head.step
+    monkeypatch.setattr(
+        head, "step", lambda tokens, hidden: seen.append(tokens.shape[0]) or step(tokens, hidden)
+    )
+    _trees(head, "identity", config, batch=2, cycles=1)
+    assert seen == [2 * 9, 2 * 4, 2 * 4], "extend over B x n tokens, then B x k per draft step"
+
+
+def test_the_selector_gets_fp32_logits_unless_upcast_is_off():
+    head = _head("bfloat16", vocab=256, hidden=16)
+    seen: list[torch.dtype] = []
+
+    def spy(logits, k):
+        seen.append(logits.dtype)
+        return variants.get("identity").select(logits, k)
+
+    for upcast in (True, False):
+        _trees(head, "", LoopConfig(2, 2, 4, upcast), batch=1, cycles=1, select=spy)
+    assert seen == [torch.float32] * 2 + [torch.bfloat16] * 2
 
 
 # ------------------------------------------------------------------------------------ scenario table
@@ -216,6 +341,42 @@ def test_draft_table_errors_name_file_key_and_what_is_allowed(draft, match):
         draft_sweeps(_scenario(draft))
 
 
+def test_upcast_key_expands_and_fp32_heads_have_one_case():
+    s = _scenario({"dtypes": ["bf16", "fp32"], "upcast": ["fp32", "none"], "topk": 2, "variants": "identity"})
+    cases = expand_draft(s)
+    got = {(c.head.dtype, c.loop.upcast, c.case_id.rsplit("/", 1)[1]) for c in cases}
+    assert got == {("bfloat16", False, "none"), ("bfloat16", True, "fp32"), ("float32", True, "fp32")}
+    assert len(cases) == 3 * 2 * 2, "3 (dtype, upcast) x 2 batch x 2 logits: fp32 'none' = fp32 'fp32'"
+    assert all(not c.loop.upcast for c in expand_draft(_scenario({"dtypes": "bf16", "upcast": "none"})))
+    assert all(c.loop.upcast for c in expand_draft(_scenario({"dtypes": "bf16"}))), "fp32 by default"
+    with pytest.raises(scenario.ScenarioError, match=r"\[draft\]\.upcast: unknown upcast 'bf16'.*fp32, none"):
+        draft_sweeps(_scenario({"upcast": "bf16"}))
+
+
+@pytest.fixture
+def engine_selectors(monkeypatch):
+    monkeypatch.syspath_prepend(str(DATA))
+    monkeypatch.setattr(external, "_LOADED", {})
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [
+        (
+            "no_such_engine.kernels:topk",
+            r"\[draft\]\.variants: selector 'no_such_engine.kernels:topk': cannot import",
+        ),
+        ("selectors_for_tests:undeclared", r"\[draft\]\.variants: selector .*: no contract declared"),
+        ("selectors_for_tests:bad_value", r"contract key 'outputs' is 'probs'"),
+        ("no_such_entry_point", r"\[draft\]\.variants: unknown variant 'no_such_entry_point'"),
+    ],
+)
+def test_external_draft_variants_that_cannot_load_are_one_line(engine_selectors, name, match):
+    with pytest.raises(scenario.ScenarioError, match=match) as info:
+        draft_sweeps(_scenario({"variants": ["identity", name]}))
+    assert "\n" not in str(info.value)
+
+
 def test_draft_table_expands_with_aliases_and_auto_draft_tokens():
     s = _scenario({"dtypes": ["bf16", "bfloat16"], "topk": [1, 4], "num_steps": 3, "variants": "identity"})
     cases = expand_draft(s)
@@ -250,11 +411,19 @@ _BROKEN = Variant(
 )
 
 
+EXACT_EXTERNAL = "selectors_for_tests:exact_topk"
+PREALLOCATED = "selectors_for_tests:preallocated_topk"  # int32 indices, writes into reused buffers
+
+
 @pytest.fixture(scope="module")
 def rows() -> list[dict[str, object]]:
     registry = variants._load()
     registry[_BROKEN.name] = _BROKEN
     tiny = {"variants": "identity", "dtypes": "float32", "logits": "head", "hidden": 8, "batch": 1}
+    small = {"dtypes": "bfloat16", "vocab": 256, "hidden": 16, "batch": 2, "num_steps": 3, "cycles": 2}
+    patch = pytest.MonkeyPatch()
+    patch.syspath_prepend(str(DATA))
+    patch.setattr(external, "_LOADED", {})
     try:
         draft = [
             {
@@ -284,6 +453,32 @@ def rows() -> list[dict[str, object]]:
             },
             {**tiny, "vocab": 4, "topk": 8, "num_steps": 1},
             {**tiny, "vocab": 64, "topk": 1, "num_draft_tokens": 9},
+            {  # the selector handed the head's bf16 logits, and a topk-1 setting SGLang never runs
+                **small,
+                "variants": "identity",
+                "logits": "near_ties",
+                "upcast": ["fp32", "none"],
+                "topk": 1,
+                "num_draft_tokens": [3, 4],
+                "selection_share": False,
+            },
+            {  # exact twins: tie-order differences; engine selectors as draft variants
+                **small,
+                "variants": ["full_softmax", "identity", EXACT_EXTERNAL, PREALLOCATED],
+                "logits": "ties",
+                "topk": 2,
+                "selection_share": False,
+                "kernels": False,
+            },
+            {  # topk 1: extend and draft steps share the selector's reused buffers
+                **small,
+                "variants": PREALLOCATED,
+                "dtypes": "float32",
+                "logits": "head",
+                "topk": 1,
+                "selection_share": False,
+                "kernels": False,
+            },
         ]
         s = _scenario(draft, timing={"warmup": 1, "reps": 5, "max_seconds": 0.05, "l2": "hot"})
         info = detect("cpu")
@@ -291,6 +486,7 @@ def rows() -> list[dict[str, object]]:
         return list(run_draft(s, info, env, progress=False))
     finally:
         registry.pop(_BROKEN.name, None)
+        patch.undo()
 
 
 def _row(rows, **match) -> dict[str, object]:
@@ -308,7 +504,7 @@ def test_rows_carry_every_column_in_order(rows):
 
 
 def test_ok_rows_have_cycle_time_share_kernels_and_parity(rows):
-    row = _row(rows, variant="identity", path="eager", topk=2, vocab=256)
+    row = _row(rows, variant="identity", path="eager", topk=2, vocab=256, logits="head")
     assert row["status"] == "ok", row["reason"]
     assert 0 < row["cycle_p20_us"] <= row["cycle_median_us"] <= row["cycle_p80_us"]
     assert row["timing"] == "host perf_counter"
@@ -317,10 +513,56 @@ def test_ok_rows_have_cycle_time_share_kernels_and_parity(rows):
     assert math.isnan(row["launches_per_cycle"]) and math.isnan(row["device_median_us"])
     assert row["trees"] == 4 and row["selections_per_cycle"] == 2
     assert row["tok_diff_base"] == 0 and row["tok_diff_ref"] == 0
+    assert row["tie_diff_ref"] == row["precision_diff_ref"] == 0
+    assert row["upcast"] == "fp32" and row["selector_dtype"] == "float32"
+    assert row["tree_build"] == ORGANISATION and row["engine_setting"] == "sglang"
+    assert row["outputs_copied"] is False
     assert row["consumer_vs_base"] in ("identical", "scores within rounding")
     assert row["orphan_trees"] == 0
-    ones = _row(rows, variant="argmax_ones", path="eager", topk=1, vocab=256)
+    ones = _row(rows, variant="argmax_ones", path="eager", topk=1, vocab=256, logits="head")
     assert ones["consumer_vs_base"] == "scores differ (same tokens)" and ones["tok_diff_base"] == 0
+    assert ones["engine_setting"] == "sglang"  # SGLang's topk-1 shortcut
+    wide = _row(rows, variant="argmax_ones", path="eager", topk=2, vocab=256, logits="head")
+    assert wide["engine_setting"].startswith("not run by SGLang: an argmax shortcut (topk_p = 1.0) at topk 2")
+
+
+def test_rows_record_the_selector_logits_the_tree_build_and_the_setting(rows):
+    near = [r for r in rows if r["logits"] == "near_ties"]
+    assert {(r["upcast"], r["selector_dtype"]) for r in near} == {("fp32", "float32"), ("none", "bfloat16")}
+    fast = _row(rows, variant="identity", logits="near_ties", upcast="fp32", num_draft_tokens=4)
+    assert fast["tree_build"] == FAST_PATH and fast["engine_setting"] == "sglang"
+    odd = _row(rows, variant="identity", logits="near_ties", upcast="fp32", num_draft_tokens=3)
+    assert odd["status"] == "ok" and odd["tree_build"] == ORGANISATION
+    assert odd["engine_setting"].startswith("not run by SGLang: topk 1 with num_draft_tokens 3")
+    for r in near:  # identity keeps the logits' order whatever the logits' dtype
+        assert r["status"] == "ok", r["reason"]
+        if r["variant"] == "identity":
+            assert r["tok_diff_ref"] == r["tie_diff_ref"] == r["precision_diff_ref"] == 0
+
+
+def test_parity_split_in_rows(rows):
+    tied = _row(rows, variant="full_softmax", logits="ties", topk=2, path="eager")
+    exact = _row(rows, variant="identity", logits="ties", topk=2, path="eager")
+    assert exact["tie_diff_ref"] == exact["precision_diff_ref"] == 0, "identity is lowest-index"
+    assert tied["precision_diff_ref"] == 0, "full_softmax differs from float64 by tie order only"
+    assert tied["tie_diff_ref"] == pytest.approx(exact["tie_diff_base"])
+    for r in rows:
+        if r["status"] == "ok":
+            assert 0 <= r["tie_diff_base"] + r["precision_diff_base"] <= 1
+
+
+def test_external_selectors_run_as_draft_variants(rows):
+    for name, topk in ((EXACT_EXTERNAL, 2), (PREALLOCATED, 2), (PREALLOCATED, 1)):
+        row = _row(rows, variant=name, path="eager", topk=topk)
+        assert row["status"] == "ok", row["reason"]
+        assert row["accuracy"] == "exact"
+        # the same trees as identity's (lowest index, exact probabilities): the float64 selection's
+        assert row["tok_diff_ref"] == row["parent_diff_ref"] == row["pos_diff_ref"] == 0
+        assert row["score_relerr_ref"] < 1e-5
+    # preallocated outputs are reused call after call: the loop copies them (else, at topk 1, the draft
+    # steps overwrite the extend's topk_p, which the tree still holds)
+    assert all(r["outputs_copied"] is True for r in rows if r["variant"] == PREALLOCATED)
+    assert _row(rows, variant=EXACT_EXTERNAL, path="eager")["outputs_copied"] is False
 
 
 def test_graph_rows_are_skipped_on_the_cpu_with_the_reason(rows):
@@ -341,7 +583,7 @@ def test_compile_path_matches_eager(rows):
 
 
 def test_cases_that_cannot_run_or_break_become_rows(rows):
-    triton = _row(rows, variant="triton_auto", path="eager", topk=1, vocab=256)
+    triton = _row(rows, variant="triton_auto", path="eager", topk=1, vocab=256, logits="head")
     assert triton["status"] == "skipped" and "TRITON_INTERPRET" in str(triton["reason"])
     too_wide = _row(rows, vocab=4)
     assert too_wide["status"] == "skipped" and too_wide["reason"] == "topk 8 > vocab 4"
@@ -355,8 +597,10 @@ def test_draft_html_renders(rows, tmp_path):
     frame = pd.DataFrame(rows)
     page = draft_html(frame)
     assert "<section" not in page and page.count("<h3>") == 5  # the body of the report's draft section
-    assert page.count('class="figure"') >= 2 and page.count("<table") >= 3
+    assert page.count('class="figure"') >= 3 and page.count("<table") >= 3
     assert "needs a CUDA or ROCm GPU" in page and "scores differ (same tokens)" in page
+    assert "without upcast" in page and "fp32 logits" in page and "tie-order" in page
+    assert f"{NOT_SGLANG}" in page and "not run by SGLang: topk 1 with num_draft_tokens 3" in page
     assert "<script src" not in page
     frame.to_csv(tmp_path / "draft.csv", index=False)
     assert page.count("<table") == draft_html(pd.read_csv(tmp_path / "draft.csv")).count("<table")

@@ -1,8 +1,12 @@
 """The draft loop on a GPU: one captured graph per batch size, graph replay = eager bit for bit, a clear
-capture failure, the graph cache's cap, the unroll cap of the timing graph, and run_draft's graph rows.
-Without a GPU they run on the simulated H200 (the `gpu` fixture), on smaller vocabularies."""
+capture failure, the graph cache's cap, the unroll cap of the timing graph, and run_draft's graph rows
+(SGLang's topk-1 fast path captured, the head's bf16 logits handed to the selector, an engine selector
+writing into preallocated outputs inside the graph). Without a GPU they run on the simulated H200 (the
+`gpu` fixture), on smaller vocabularies."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,8 +27,10 @@ from perfsuite.draft import (
 from perfsuite.draft.clock import device_sampler
 from perfsuite.draft.consumer import identical
 from perfsuite.draft.graph import graph_body
+from perfsuite.draft.runner import FAST_PATH
 from perfsuite.paths import GraphCaptureError
 from perfsuite.settings import Timing
+from perfsuite.variants import external
 
 pytestmark = pytest.mark.usefixtures("gpu")
 GPU = torch.device("cuda:0")
@@ -50,6 +56,7 @@ def test_graph_replay_equals_eager_bit_for_bit(name, dtype):
     try:
         for batch in (1, 8) if HAS_GPU else (1, 3):
             graph = cache.get(loop, batch, ("t", name))
+            assert graph.tokens.shape == (batch, config.num_draft_tokens), "extend over n tokens"
             for tokens, hidden in inputs_for(head.config, batch, config.extend_tokens, 3, GPU):
                 eager, replayed = loop.cycle(tokens, hidden), graph(tokens, hidden)
                 assert identical([replayed], [eager]), (name, dtype, batch)
@@ -113,24 +120,46 @@ def test_timing_graph_unroll_is_capped(steps):
         cache.clear()
 
 
-def test_run_draft_graph_rows():
+PREALLOCATED = "selectors_for_tests:preallocated_topk"
+
+
+def test_run_draft_graph_rows(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
+    monkeypatch.setattr(external, "_LOADED", {})
     s = scenario.parse(
         {
             "name": "g",
             "sweep": [],
-            "draft": {
-                "variants": list(TORCH_VARIANTS),
-                "paths": ["eager", "graph"],
-                "dtypes": "bfloat16",
-                "vocab": VOCAB,
-                "hidden": 128,
-                "batch": [1, 8] if HAS_GPU else [2],
-                "topk": [1, 4] if HAS_GPU else [4],
-                "num_steps": 3,
-                "logits": "head",
-                "cycles": 4,
-                "max_graphs": 3,
-            },
+            "draft": [
+                {
+                    "variants": list(TORCH_VARIANTS),
+                    "paths": ["eager", "graph"],
+                    "dtypes": "bfloat16",
+                    "vocab": VOCAB,
+                    "hidden": 128,
+                    "batch": [1, 8] if HAS_GPU else [2],
+                    "topk": [1, 4] if HAS_GPU else [4],
+                    "num_steps": 3,
+                    "num_draft_tokens": "auto" if HAS_GPU else 5,  # the extend covers n tokens
+                    "logits": "head",
+                    "cycles": 4,
+                    "max_graphs": 3,
+                },
+                {  # the fast path in a graph, bf16 logits straight to the selector, an engine selector
+                    "variants": ["identity", PREALLOCATED],
+                    "paths": ["eager", "graph"],
+                    "dtypes": "bfloat16",
+                    "upcast": "none",
+                    "vocab": 512,
+                    "hidden": 128,
+                    "batch": 2,
+                    "topk": 1,
+                    "num_steps": 3,
+                    "logits": "head",
+                    "cycles": 2,
+                    "selection_share": False,
+                },
+            ],
             "timing": {"warmup": 2, "reps": 10, "max_seconds": 0.2} if HAS_GPU else {"warmup": 1, "reps": 3},
         },
         "g.toml",
@@ -141,11 +170,16 @@ def test_run_draft_graph_rows():
     graph = [r for r in rows if r["path"] == "graph"]
     assert all(r["bitexact_eager"] is True for r in graph)
     assert all(r["graphs_cached"] <= 3 for r in graph)
+    fast = [r for r in graph if r["upcast"] == "none"]
+    assert len(fast) == 2 and all(r["tree_build"] == FAST_PATH for r in fast)
+    assert all(r["selector_dtype"] == "bfloat16" and r["tok_diff_ref"] == 0 for r in fast)
+    engine = next(r for r in fast if r["variant"] == PREALLOCATED)
+    assert engine["outputs_copied"] is True and engine["score_relerr_ref"] < 1e-2
     for r in graph:
         eager = next(
             e
             for e in rows
-            if e["path"] == "eager" and all(e[k] == r[k] for k in ("variant", "batch", "topk"))
+            if e["path"] == "eager" and all(e[k] == r[k] for k in ("variant", "batch", "topk", "upcast"))
         )
         assert r["launches_per_cycle"] < eager["launches_per_cycle"]
         assert r["device_timing"].startswith("graph replay x")

@@ -12,8 +12,12 @@ Logits behaviour (`HeadConfig.logits`):
   over 10^-3.5..10^-1.5, and logits of standard deviation 0.1, so the top logits sit near 0.35, where the
   bf16 and fp16 logit grids are fine compared with the probability grid: the twin of a top token is then
   a few ulps away, and `softmax` in bf16/fp16 rounds some of these pairs to one probability (about one
-  selection in ten at V 4096 picks another token than the logits' argmax). An adversarial head, not a
-  model of a real one.
+  selection in ten at V 4096 picks another token than the logits' argmax) when the selector gets the
+  head's bf16/fp16 logits; SGLang upcasts them to fp32 first, where the pairs stay apart. An adversarial
+  head, not a model of a real one.
+- `ties`: `head` with LM-head rows in exact twin pairs `w[2j + 1] = w[2j]`: every token has a twin of the
+  same logit, so a top-k with k > 1 holds equal logits whose order is the selector's tie rule (lowest
+  index, or torch's order): the tie-order side of the draft parity split.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ import torch
 
 from perfsuite import inputs
 
-HEAD_LOGITS = ("head", "near_ties")
-LOGIT_STD = {"head": 2.5, "near_ties": 0.1}
+HEAD_LOGITS = ("head", "near_ties", "ties")
+LOGIT_STD = {"head": 2.5, "near_ties": 0.1, "ties": 2.5}
 TWIN_EPS_LOG10 = (-3.5, -1.5)
 NORM_EPS = 1e-6
 
@@ -73,6 +77,9 @@ class DraftHead:
         self.lm_head = normal(v, h, std=LOGIT_STD[config.logits] * h**-0.5)
         if config.logits == "near_ties":
             self._make_twins(gen)
+        elif config.logits == "ties":
+            pairs = config.vocab // 2
+            self.lm_head[1 : 2 * pairs : 2] = self.lm_head[0 : 2 * pairs : 2]
         dtype = config.torch_dtype
         self.embed, self.fc, self.lm_head = (t.to(dtype) for t in (self.embed, self.fc, self.lm_head))
         self.mlps = [(up.to(dtype), down.to(dtype)) for up, down in self.mlps]

@@ -1,17 +1,23 @@
-"""The draft cycle as EAGLE/MTP workers run it: draft extend, then a multi-step tree draft decode.
+"""The draft cycle as SGLang's EAGLE worker runs it: draft extend, then a multi-step tree draft decode.
 
 A cycle (one per verification round) is
-1. draft extend: the head runs over the accepted tokens (with the target's hidden states), the logits of
-   the last position go through the selector: step 0's `topk_p, topk_index` and its hidden state;
+1. draft extend over `num_draft_tokens` tokens per sequence (SGLang pads the accepted tokens to the
+   verified tree's length): the head runs over them with the target's hidden states, and the logits of
+   the last position (every token accepted) go through the selector: step 0's `topk_p, topk_index`;
 2. draft decode, `num_steps` steps. Step 0 takes the extend's top-k as the first tree level. Each later
    step runs the head on the `k` tokens chosen last (with their parents' hidden states), selects top-k
    over the vocabulary for each of them, expands the path scores `scores[..., None] * topk_p` to `k * k`
    candidates, keeps the best `k` with their parents and feeds those tokens back in;
-3. the engine-style organisation: the best `num_draft_tokens - 1` of all step scores, their positions
-   sorted, the draft tokens gathered there, and the parent list of every tree level but the last.
+3. the tree handed to the verifier. topk > 1: SGLang's organisation, the best `num_draft_tokens - 1` of all
+   step scores, their positions sorted, the draft tokens gathered there, and the parent list of every tree
+   level but the last. topk 1 with `num_draft_tokens = num_steps + 1` (the only topk-1 setting SGLang runs:
+   it rewrites `num_draft_tokens` to that): the fast path, a chain whose positions and parents are constants
+   and whose draft tokens are every step's token, with no organisation step.
 
-The vocabulary selection is pluggable (`Selector`): any `perfsuite.variants` entry. The `k * k` candidate
-selection and the tree organisation use `torch.max`/`torch.topk` on the scores, as engines do.
+The selector sees the logits as SGLang's logits processor hands them over: upcast to fp32
+(`LoopConfig.upcast`, the default); `upcast=False` hands it the head's bf16/fp16 logits, an engine without
+the upcast. The vocabulary selection is pluggable (`Selector`): any `perfsuite.variants` entry. The `k * k`
+candidate selection and the tree organisation use `torch.max`/`torch.topk` on the scores, as engines do.
 Everything is written without host syncs, so a whole cycle can be captured into one CUDA/HIP graph.
 """
 
@@ -34,6 +40,9 @@ class LoopConfig:
     topk: int
     num_steps: int
     num_draft_tokens: int
+    upcast: bool = True
+    """The logits reach the selector as fp32 (SGLang's logits processor: `logits[:, :vocab].float()`);
+    False: in the head's dtype (an engine without the upcast)."""
 
     @property
     def candidates(self) -> int:
@@ -47,8 +56,23 @@ class LoopConfig:
 
     @property
     def extend_tokens(self) -> int:
-        """Tokens per sequence in the draft-extend pass: the engines' padded accept length."""
-        return self.num_steps + 1
+        """Tokens per sequence in the draft-extend pass: SGLang's, `num_draft_tokens` (the accepted tokens
+        padded to the verified tree's length)."""
+        return self.num_draft_tokens
+
+    @property
+    def fast_path(self) -> bool:
+        """SGLang's topk-1 fast path: a chain of `num_steps` drafted tokens, no organisation step."""
+        return self.topk == 1 and self.num_draft_tokens == self.num_steps + 1
+
+    def unlike_sglang(self) -> str | None:
+        """Why SGLang never runs this tree shape, or None when it does."""
+        if self.topk == 1 and self.num_draft_tokens != self.num_steps + 1:
+            return (
+                f"not run by SGLang: topk 1 with num_draft_tokens {self.num_draft_tokens} "
+                f"(SGLang sets num_steps + 1 = {self.num_steps + 1})"
+            )
+        return None
 
     @property
     def selections(self) -> int:
@@ -74,6 +98,13 @@ class DraftTree(NamedTuple):
     scores: torch.Tensor  # float32 [B, n - 1]: path scores at the chosen positions
     all_scores: torch.Tensor  # float32 [B, candidates]: path score of every scored position
     all_tokens: torch.Tensor  # int64 [B, candidates]: token of every scored position
+
+
+class Traced(NamedTuple):
+    """A tree and the logit value of each of its scored positions (`[B, candidates]`, float64)."""
+
+    tree: DraftTree
+    logit_values: torch.Tensor
 
 
 def fast_topk(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,6 +136,12 @@ class DraftLoop:
         if problem:
             raise ValueError(problem)
         self.head, self.select, self.config = head, select, config
+        self._chains: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def selector_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The head's logits as the selector gets them: fp32 (upcast) or the head's dtype."""
+        logits = self.head.logits(hidden)
+        return logits.float() if self.config.upcast else logits
 
     def extend(
         self, tokens: torch.Tensor, target_hidden: torch.Tensor
@@ -113,7 +150,7 @@ class DraftLoop:
         batch, length = tokens.shape
         flat = self.head.step(tokens.reshape(-1), target_hidden.reshape(batch * length, -1))
         last = flat.view(batch, length, -1)[:, -1]
-        topk_p, topk_index = self.select(self.head.logits(last), self.config.topk)
+        topk_p, topk_index = self.select(self.selector_logits(last), self.config.topk)
         return topk_p, topk_index, last
 
     def decode(self, topk_p: torch.Tensor, topk_index: torch.Tensor, hidden: torch.Tensor) -> DraftTree:
@@ -128,7 +165,7 @@ class DraftLoop:
         row_base = torch.arange(batch, device=device).unsqueeze(1) * k
         for step in range(1, self.config.num_steps):
             hidden = self.head.step(input_ids, hidden)
-            step_p, step_index = self.select(self.head.logits(hidden), k)
+            step_p, step_index = self.select(self.selector_logits(hidden), k)
             expanded = (scores.unsqueeze(2) * step_p.view(batch, k, k)).view(batch, k * k)
             scores, chosen = fast_topk(expanded, k)
             step_index = step_index.reshape(batch, k * k)
@@ -138,7 +175,27 @@ class DraftLoop:
             if step < self.config.num_steps - 1:
                 input_ids = step_index.gather(1, chosen).reshape(-1)
                 hidden = hidden[(chosen // k + row_base).reshape(-1)]
+        if self.config.fast_path:
+            return self.chain(score_list, token_list)
         return self.organize(score_list, token_list, parent_list)
+
+    def chain(self, score_list: list[torch.Tensor], token_list: list[torch.Tensor]) -> DraftTree:
+        """SGLang's topk-1 fast path: every step's token is drafted, in order; positions `0..s-1` and
+        parents `-1, 0, .., s-2` are constants (made once per batch size, outside any capture's replay)."""
+        all_scores = torch.cat(score_list, dim=1)
+        all_tokens = torch.cat(token_list, dim=1)
+        positions, parents = self._chain_constants(all_scores.shape[0], all_scores.device)
+        return DraftTree(all_tokens, parents, positions, all_scores, all_scores, all_tokens)
+
+    def _chain_constants(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (batch, device)
+        if key not in self._chains:
+            steps = self.config.num_steps
+            positions = torch.arange(steps, device=device).expand(batch, steps)
+            width = self.config.parents_width
+            parents = torch.arange(-1, width - 1, device=device).expand(batch, width)
+            self._chains[key] = (positions, parents)
+        return self._chains[key]
 
     def organize(
         self, score_list: list[torch.Tensor], token_list: list[torch.Tensor], parent_list: list[torch.Tensor]
@@ -169,3 +226,22 @@ class DraftLoop:
     def cycle_tuple(self, tokens: torch.Tensor, target_hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`cycle` returning a plain tuple (what graph capture and torch.compile see)."""
         return tuple(self.cycle(tokens, target_hidden))
+
+    def cycle_traced(self, tokens: torch.Tensor, target_hidden: torch.Tensor) -> Traced:
+        """`cycle` (eager, untimed) with the logit of every scored position: `[B, candidates]` float64
+        values of the logits each selection picked, aligned with `all_tokens` (the parity split)."""
+        picked: list[torch.Tensor] = []
+        select = self.select
+
+        def recording(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+            topk_p, topk_index = select(logits, k)
+            picked.append(logits.gather(1, topk_index).double())
+            return topk_p, topk_index
+
+        self.select = recording
+        try:
+            tree = self.cycle(tokens, target_hidden)
+        finally:
+            self.select = select
+        batch = tree.all_tokens.shape[0]
+        return Traced(tree, torch.cat([p.reshape(batch, -1) for p in picked], dim=1))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from perfsuite import kernels, memory, paths, timing, variants
+from perfsuite import inputs, kernels, memory, paths, timing, variants
 from perfsuite.case_runner import run_case
 from perfsuite.device import DeviceInfo
 from perfsuite.draft import consumer
@@ -21,8 +21,8 @@ from perfsuite.draft.clock import cycle_sampler, device_sampler
 from perfsuite.draft.counting import count_kernels
 from perfsuite.draft.graph import GraphCache, graph_body, timing_unroll
 from perfsuite.draft.head import DraftHead, HeadConfig, inputs_for
-from perfsuite.draft.loop import DraftLoop, DraftTree, constant_select, reference_select
-from perfsuite.draft.spec import DraftCase, expand_draft
+from perfsuite.draft.loop import DraftLoop, DraftTree, LoopConfig, Traced, constant_select, reference_select
+from perfsuite.draft.spec import DraftCase, expand_draft, upcast_name
 from perfsuite.progress import progress_bar
 from perfsuite.scenario import Scenario
 from perfsuite.schema import DRAFT_COLUMNS
@@ -35,6 +35,8 @@ SELECTION_METHOD = (
 )
 SCORE_TOLERANCE = 0.05
 """Relative score difference beyond what bf16 rounding of a few probabilities along a path explains."""
+FAST_PATH = "constants (SGLang's topk-1 fast path)"
+ORGANISATION = "organisation: top num_draft_tokens - 1 of the step scores"
 
 
 def run_draft(
@@ -68,7 +70,7 @@ def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:
         scenario=case.scenario,
         case_id=case.case_id,
         variant=case.variant,
-        accuracy=variants.get(case.variant).accuracy if case.variant in variants.names() else "",
+        accuracy=variant.accuracy if (variant := _variant(case.variant)) is not None else "",
         path=case.path,
         dtype=head.dtype,
         vocab=head.vocab,
@@ -79,6 +81,10 @@ def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:
         num_steps=loop.num_steps,
         num_draft_tokens=loop.num_draft_tokens,
         logits=head.logits,
+        upcast=upcast_name(loop),
+        selector_dtype=inputs.dtype_name(torch.float32 if loop.upcast else head.torch_dtype),
+        tree_build=FAST_PATH if loop.fast_path else ORGANISATION,
+        engine_setting=_engine_setting(loop, variant),
         l2=case.timing.l2,
         selections_per_cycle=loop.selections,
         status="ok",
@@ -87,14 +93,26 @@ def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:
     return row
 
 
+def _engine_setting(loop: LoopConfig, variant: variants.Variant | None) -> str:
+    """ "sglang" where SGLang runs this tree shape with this kind of selector, else why it never does:
+    its argmax shortcut (`topk_p = 1.0`, an inexact selector) runs at topk 1 only."""
+    unlike = loop.unlike_sglang()
+    if unlike:
+        return unlike
+    if variant is not None and variant.accuracy == "inexact" and loop.topk > 1:
+        return f"not run by SGLang: an argmax shortcut (topk_p = 1.0) at topk {loop.topk} (topk 1 only)"
+    return "sglang"
+
+
 @dataclass
 class _ConfigState:
     """What cases of one (head, batch, tree) configuration share."""
 
     key: tuple
     inputs: list[tuple[torch.Tensor, torch.Tensor]]
-    ref: list[DraftTree] | None = None
-    eager: dict[str, list[DraftTree]] = field(default_factory=dict)
+    ref: list[Traced] | None = None
+    eager: dict[str, list[Traced]] = field(default_factory=dict)
+    selectors: dict[str, tuple[Selector, bool]] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,9 +144,10 @@ class DraftRunner:
 
     def skip_reason(self, case: DraftCase) -> str | None:
         """Why a case cannot run here, decided before anything is allocated."""
-        if case.variant not in variants.names():
-            return f"unknown variant {case.variant!r}"
-        variant = variants.get(case.variant)
+        try:
+            variant = variants.get(case.variant)
+        except (KeyError, variants.ExternalSelectorError) as exc:
+            return str(exc.args[0] if isinstance(exc, KeyError) else exc)
         head, loop = case.head, case.loop
         if loop.topk > head.vocab:
             return f"topk {loop.topk} > vocab {head.vocab}"
@@ -141,11 +160,19 @@ class DraftRunner:
 
     def measure(self, case: DraftCase) -> dict[str, object]:
         state = self._config(case)
-        variant = variants.get(case.variant)
-        loop = DraftLoop(self._head_for(case.head), variant.select, case.loop)
+        select, copied = self._selector(case, state, case.variant)
+        loop = DraftLoop(self._head_for(case.head), select, case.loop)
         run_tree, call, body = self._path_calls(case, loop, state)
-        trees = [run_tree(tokens, hidden) for tokens, hidden in state.inputs]
-        out: dict[str, object] = {"trees": len(trees) * case.batch, "status": "ok", "reason": ""}
+        if case.path == "eager":  # the traced eager run (parity) is this path's run
+            trees = [t.tree for t in self._traced(case, state, case.variant)]
+        else:
+            trees = [run_tree(tokens, hidden) for tokens, hidden in state.inputs]
+        out: dict[str, object] = {
+            "trees": len(trees) * case.batch,
+            "status": "ok",
+            "reason": "",
+            "outputs_copied": copied,
+        }
         out.update(self._parity(case, state, trees))
         out.update(self._timing(case, state, call, body))
         if case.sweep.kernels:
@@ -206,31 +233,46 @@ class DraftRunner:
     # -------------------------------------------------------------------------------------- figures
 
     def _parity(self, case: DraftCase, state: _ConfigState, trees: list[DraftTree]) -> dict[str, object]:
-        if case.path == "eager":
-            state.eager.setdefault(case.variant, trees)
-        base = self._trees(case, state, variants.BASELINE)
+        """Consumer figures of the case's trees against full_softmax's, the float64 selection's and (graph,
+        compile) eager's; the tie / precision split from the eager runs (logit values traced)."""
+        own = self._traced(case, state, case.variant)
+        base = self._traced(case, state, variants.BASELINE)
         ref = state.ref = state.ref or self._run_eager(case, state, reference_select)
+        base_trees, ref_trees = [t.tree for t in base], [t.tree for t in ref]
         out: dict[str, object] = {}
-        out.update(consumer.compare(trees, base, "base"))
-        out.update(consumer.compare(trees, ref, "ref"))
-        out["step0_diff_base"] = consumer.first_step_differs(trees, base, case.loop.topk)
+        out.update(consumer.compare(trees, base_trees, "base"))
+        out.update(consumer.split(own, base, case.loop, "base"))
+        out.update(consumer.compare(trees, ref_trees, "ref"))
+        out.update(consumer.split(own, ref, case.loop, "ref"))
+        out["step0_diff_base"] = consumer.first_step_differs(trees, base_trees, case.loop.topk)
         out["orphan_trees"] = consumer.orphan_share(trees, case.loop.topk)
         if case.path != "eager":
-            eager = self._trees(case, state, case.variant)
+            eager = [t.tree for t in own]
             out.update(consumer.compare(trees, eager, "eager"))
             out["bitexact_eager"] = consumer.identical(trees, eager)
         out["consumer_vs_base"] = _consumer_verdict(out)
         return out
 
-    def _trees(self, case: DraftCase, state: _ConfigState, name: str) -> list[DraftTree]:
-        """Eager trees of variant `name` for this configuration (cached)."""
+    def _traced(self, case: DraftCase, state: _ConfigState, name: str) -> list[Traced]:
+        """Eager traced trees of variant `name` for this configuration (cached)."""
         if name not in state.eager:
-            state.eager[name] = self._run_eager(case, state, variants.get(name).select)
+            state.eager[name] = self._run_eager(case, state, self._selector(case, state, name)[0])
         return state.eager[name]
 
-    def _run_eager(self, case: DraftCase, state: _ConfigState, select: Selector) -> list[DraftTree]:
+    def _run_eager(self, case: DraftCase, state: _ConfigState, select: Selector) -> list[Traced]:
         loop = DraftLoop(self._head_for(case.head), select, case.loop)
-        return [loop.cycle(tokens, hidden) for tokens, hidden in state.inputs]
+        return [loop.cycle_traced(tokens, hidden) for tokens, hidden in state.inputs]
+
+    def _selector(self, case: DraftCase, state: _ConfigState, name: str) -> tuple[Selector, bool]:
+        """Variant `name`'s selection for the loop, and whether its outputs are copied: a selector that
+        hands back the same output buffers on two calls (preallocated outputs, as graph-captured engines
+        call them) would overwrite the previous step's `topk_p`/`topk_index`, which the tree still holds,
+        so the loop copies them after each selection (as an engine must; the copies are timed)."""
+        if name not in state.selectors:
+            select = variants.get(name).select
+            reused = _reuses_outputs(select, case, self.device)
+            state.selectors[name] = (_owned(select) if reused else select, reused)
+        return state.selectors[name]
 
     def _timing(
         self, case: DraftCase, state: _ConfigState, call: Callable[[], object], body: Callable | None
@@ -310,6 +352,35 @@ class DraftRunner:
         self.graphs = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _variant(name: str) -> variants.Variant | None:
+    """The variant called `name` (built-in or external), or None when it cannot be resolved."""
+    try:
+        return variants.get(name)
+    except (KeyError, variants.ExternalSelectorError):
+        return None
+
+
+def _reuses_outputs(select: Selector, case: DraftCase, device: torch.device) -> bool:
+    """Whether two calls of `select` on the decode steps' shape return the same output storage."""
+    rows, head = case.batch * case.loop.topk, case.head
+    dtype = torch.float32 if case.loop.upcast else head.torch_dtype
+    logits = torch.zeros((rows, head.vocab), dtype=dtype, device=device)
+    first = select(logits, case.loop.topk)
+    pointers = {t.untyped_storage().data_ptr() for t in first}
+    second = select(logits, case.loop.topk)
+    return any(t.untyped_storage().data_ptr() in pointers for t in second)
+
+
+def _owned(select: Selector) -> Selector:
+    """`select` with its outputs copied into tensors of the loop's own."""
+
+    def owned(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        topk_p, topk_index = select(logits, k)
+        return topk_p.clone(), topk_index.clone()
+
+    return owned
 
 
 def _consumer_verdict(figures: dict[str, object]) -> str:

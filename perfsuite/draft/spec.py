@@ -11,6 +11,10 @@
     topk = [1, 4]
     num_steps = [3]
     num_draft_tokens = ["auto"]         # auto: num_steps * topk + 1, capped by the tree's positions
+                                        # (topk 1: num_steps + 1, SGLang's; any other value at topk 1 runs
+                                        # the organisation and is labelled "not run by SGLang")
+    upcast = ["fp32"]                   # the logits the selector gets: fp32 (SGLang's logits processor,
+                                        # default) | none (the head's dtype: an engine without upcast)
     logits = ["head", "near_ties"]      # the head's logits behaviour (perfsuite.draft.head)
     cycles = 8                          # distinct inputs per case for the consumer parity figures
     seed = 0
@@ -19,6 +23,8 @@
     kernels = true                      # count kernels (GPU) or aten ops (CPU) per cycle
     selection_share = true              # also time the cycle with the selection replaced by a no-op
 
+`variants` also takes external selectors (`package.module:function` or a `perfsuite.selectors` entry
+point, `perfsuite.variants.get`), loaded while the file is checked: one that cannot load is one line.
 Every key takes one value or a list (sweep keys) and is checked here; a problem is one `ScenarioError`
 naming the file, the key and what is allowed.
 """
@@ -28,6 +34,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from perfsuite import checks, inputs, variants
 from perfsuite.draft.head import HEAD_LOGITS, HeadConfig
@@ -53,6 +61,7 @@ class DraftSweep:
     num_steps: tuple[int, ...] = (3,)
     num_draft_tokens: tuple[int | str, ...] = ("auto",)
     logits: tuple[str, ...] = ("head", "near_ties")
+    upcast: tuple[str, ...] = ("fp32",)
     layers: int = 1
     cycles: int = 8
     seed: int = 0
@@ -79,7 +88,7 @@ class DraftCase:
         h, c = self.head, self.loop
         return (
             f"draft/{self.variant}/{self.path}/{h.dtype}/V{h.vocab}/H{h.hidden}/B{self.batch}"
-            f"/k{c.topk}/s{c.num_steps}/n{c.num_draft_tokens}/{h.logits}"
+            f"/k{c.topk}/s{c.num_steps}/n{c.num_draft_tokens}/{h.logits}/{upcast_name(c)}"
         )
 
     @property
@@ -88,11 +97,36 @@ class DraftCase:
         return (self.head, self.batch, self.loop)
 
 
+UPCASTS = {"fp32": True, "none": False}
+"""`upcast` values: the selector gets fp32 logits (SGLang's logits processor) or the head's dtype."""
+
+
+def upcast_name(loop: LoopConfig) -> str:
+    return "fp32" if loop.upcast else "none"
+
+
 # ---------------------------------------------------------------------------------------------- checks
 
 
+def _check_variants(source: str, key: str, value: Any) -> tuple[str, ...]:
+    """Built-in names and external selectors (`package.module:function` or an installed entry point),
+    loaded now: one that cannot load is a one-line `ScenarioError` naming the file, key and selector."""
+    known = variants.names()
+    external: list[str] = []
+    for item in checks.as_list(value):
+        if not isinstance(item, str) or item in known:
+            continue
+        try:
+            loaded = variants.external.load(item)
+        except variants.ExternalSelectorError as exc:
+            raise checks.fail(source, key, str(exc)) from None
+        if loaded is not None:
+            external.append(item)
+    return checks.names(lambda: known + external, "variant")(source, key, value)
+
+
 CHECKS: dict[str, checks.Check] = {
-    "variants": checks.names(variants.names, "variant"),
+    "variants": _check_variants,
     "paths": checks.names(lambda: list(PATHS), "path"),
     "dtypes": checks.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
     "vocab": checks.ints(2),
@@ -102,6 +136,7 @@ CHECKS: dict[str, checks.Check] = {
     "num_steps": checks.ints(1, 16),
     "num_draft_tokens": checks.ints(2, auto=True),
     "logits": checks.names(lambda: list(HEAD_LOGITS), "logits behaviour"),
+    "upcast": checks.names(lambda: list(UPCASTS), "upcast"),
     "layers": checks.scalar("an integer from 1 to 4", lambda v: checks.is_int(v) and 1 <= v <= 4),
     "cycles": checks.scalar("an integer from 1 to 1000", lambda v: checks.is_int(v) and 1 <= v <= 1000),
     "seed": checks.scalar("an integer >= 0", lambda v: checks.is_int(v) and v >= 0),
@@ -153,12 +188,15 @@ def expand_draft(scenario: Scenario) -> list[DraftCase]:
             sweep.topk,
             sweep.num_steps,
             sweep.num_draft_tokens,
+            sweep.upcast,
             sweep.variants,
             sweep.paths,
         )
-        for dtype, vocab, hidden, logits, batch, topk, steps, ndt, variant, path in grid:
+        for dtype, vocab, hidden, logits, batch, topk, steps, ndt, upcast, variant, path in grid:
             head = HeadConfig(vocab, hidden, dtype, sweep.layers, logits, sweep.seed)
-            loop = LoopConfig(topk, steps, draft_tokens_for(ndt, topk, steps))
+            # fp32 heads: the upcast is a no-op, so "none" is the same case as "fp32"
+            upcast_on = UPCASTS[upcast] or head.torch_dtype == torch.float32
+            loop = LoopConfig(topk, steps, draft_tokens_for(ndt, topk, steps), upcast_on)
             case = DraftCase(scenario.name, variant, path, head, batch, loop, sweep, scenario.timing)
             cases.setdefault(case.case_id, case)
     path_rank = {p: i for i, p in enumerate(PATHS)}
@@ -173,4 +211,4 @@ def _head_key(head: HeadConfig) -> tuple:
 
 
 def _loop_key(loop: LoopConfig) -> tuple:
-    return (loop.topk, loop.num_steps, loop.num_draft_tokens)
+    return (not loop.upcast, loop.topk, loop.num_steps, loop.num_draft_tokens)

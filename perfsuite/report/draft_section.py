@@ -2,7 +2,10 @@
 
 `section(frame)` holds figures and tables: time per draft cycle per variant and path, the selection's
 share of the cycle, parity at the consumer (draft tokens, parents, tree scores against full_softmax and the
-float64 selection), kernels per cycle, and the cases that were skipped or failed with their reasons.
+float64 selection, the differing trees split into tie-order and precision differences), kernels per
+cycle, and the cases that were skipped or failed with their reasons. Each row says which logits the
+selector got (fp32 as SGLang's logits processor hands them, or the head's dtype: an engine without upcast)
+and whether SGLang runs its setting at all.
 Missing columns or an empty frame give a note, never an error; without plotly each figure is a note and
 the tables stay. `draft_html(frame)` is the section's body as HTML.
 """
@@ -27,7 +30,7 @@ SECTION_ID = "draft"
 TITLE = "Draft loop: the selection where engines consume it"
 
 SHAPE_KEYS = ("vocab", "hidden", "batch", "topk", "num_steps", "num_draft_tokens")
-CONFIG_KEYS = ("device", "dtype", *SHAPE_KEYS, "logits")
+CONFIG_KEYS = ("device", "dtype", *SHAPE_KEYS, "logits", "upcast")
 NUMERIC = (
     *SHAPE_KEYS,
     "cycle_median_us",
@@ -47,6 +50,10 @@ NUMERIC = (
     "score_relerr_base",
     "step0_diff_base",
     "orphan_trees",
+    "tie_diff_base",
+    "precision_diff_base",
+    "tie_diff_ref",
+    "precision_diff_ref",
     "tok_diff_ref",
     "parent_diff_ref",
     "score_relerr_ref",
@@ -56,6 +63,9 @@ NUMERIC = (
 PATH_ORDER = ("eager", "graph", "compile")
 MAX_CONFIGS_PER_FIGURE = 40
 SHORT = {"num_steps": "s", "num_draft_tokens": "n", "vocab": "V", "hidden": "H", "batch": "B", "topk": "k"}
+UPCAST_LABELS = {"fp32": "fp32 logits", "none": "without upcast"}
+NOT_SGLANG = "†"
+"""Marks a configuration SGLang never runs (engine_setting)."""
 
 
 def section(frame: pd.DataFrame | None) -> Section:
@@ -88,7 +98,10 @@ def _prepare(frame: pd.DataFrame) -> pd.DataFrame:
     data = frame.copy()
     for column in NUMERIC:
         data[column] = pd.to_numeric(data[column], errors="coerce") if column in data else math.nan
-    for column in ("device", "dtype", "logits", "variant", "path", "status", "reason", "kernels_unit"):
+    if "upcast" not in data:  # rows from before the setting: the selector got the head's dtype
+        data["upcast"] = "none"
+    texts = ("device", "dtype", "logits", "variant", "path", "status", "reason", "kernels_unit", "upcast")
+    for column in (*texts, "engine_setting", "tree_build"):
         data[column] = data[column].astype(object).fillna("").astype(str) if column in data else ""
     data["config"] = _config_labels(data)
     return data
@@ -101,7 +114,9 @@ def _config_labels(data: pd.DataFrame) -> pd.Series:
         varying = [k for k in ("dtype", "batch", "topk") if k in data]
 
     def label(row: pd.Series) -> str:
-        return " ".join(_dim(k, row[k]) for k in varying)
+        text = " ".join(_dim(k, row[k]) for k in varying)
+        unlike = row.get("engine_setting", "") not in ("", "sglang")
+        return f"{text} {NOT_SGLANG}" if unlike else text
 
     return data.apply(label, axis=1) if len(data) else pd.Series(dtype=str)
 
@@ -109,6 +124,8 @@ def _config_labels(data: pd.DataFrame) -> pd.Series:
 def _dim(key: str, value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
+    if key == "upcast":
+        return UPCAST_LABELS.get(str(value), str(value))
     return f"{SHORT[key]}{value}" if key in SHORT else str(value)
 
 
@@ -173,12 +190,25 @@ def _bars(part: pd.DataFrame, y: str, title: str, axis: str, errors: bool) -> go
 def _intro(data: pd.DataFrame) -> str:
     counts = data["status"].value_counts()
     summary = ", ".join(f"{counts[s]} {s}" for s in counts.index)
+    unlike = data[data["engine_setting"].ne("sglang") & data["engine_setting"].ne("")]
+    unlike_text = (
+        f" {len(unlike)} cases ({NOT_SGLANG}) use a setting SGLang never runs: "
+        + "; ".join(dict.fromkeys(unlike["engine_setting"]))
+        + "."
+        if len(unlike)
+        else ""
+    )
     return (
-        f"{len(data)} draft cases ({summary}). One cycle = draft extend over the accepted tokens, then "
-        "the num_steps tree draft decode and the engine organisation of the draft tokens (SGLang's "
-        "EAGLE worker), on a tiny draft head. Parity is measured on what the verifier reads: draft "
-        "tokens, parent lists and tree scores, against full_softmax (the engines' baseline) and the "
-        "float64-softmax selection."
+        f"{len(data)} draft cases ({summary}). One cycle runs as SGLang's EAGLE worker does: draft extend "
+        "over num_draft_tokens tokens, then the num_steps tree draft decode and the organisation of the "
+        "draft tokens (at topk 1 SGLang's fast path: constants, no organisation, num_draft_tokens = "
+        "num_steps + 1), on a tiny draft head. The selector gets fp32 logits, as SGLang's logits "
+        "processor hands them (logits[:, :vocab].float()); 'without upcast' rows hand it the head's "
+        "bf16/fp16 logits, an engine without the upcast: only there does softmax rounding in bf16/fp16 "
+        "change draft tokens. Parity is measured on what the verifier reads: draft tokens, parent lists "
+        "and tree scores, against full_softmax (the engines' baseline) and the float64-softmax selection; "
+        "trees that differ are split into tie-order differences (equal logits taken in another order) "
+        "and precision differences (other values)." + unlike_text
     )
 
 
@@ -225,9 +255,13 @@ def _parity_blocks(ok: pd.DataFrame) -> list[Block]:
         "parents differ",
         "positions differ",
         "step-0 tokens differ",
+        "tie-order",
+        "precision",
         "broken trees",
         "max score rel. diff",
         "tokens differ vs float64",
+        "tie-order vs float64",
+        "precision vs float64",
         "graph/compile = eager",
     ]
     rows = []
@@ -249,19 +283,64 @@ def _parity_blocks(ok: pd.DataFrame) -> list[Block]:
                 _share_cell(r["parent_diff_base"]),
                 _share_cell(r["pos_diff_base"]),
                 _share_cell(r["step0_diff_base"]),
+                _share_cell(r["tie_diff_base"], "differs"),
+                _share_cell(r["precision_diff_base"]),
                 _share_cell(r["orphan_trees"], "invalid"),
                 fmt.scientific(r["score_relerr_base"]),
                 _share_cell(r["tok_diff_ref"]),
+                _share_cell(r["tie_diff_ref"], "differs"),
+                _share_cell(r["precision_diff_ref"]),
                 Cell(exact_text, "loss" if exact_text == "False" else ""),
             ]
         )
     caption = (
         "Shares are of draft trees (cycles x batch). 'scores differ (same tokens)': the verifier gets the "
         "same draft tokens with other tree scores (argmax_ones at topk 1); 'tokens differ': another draft "
-        "tree. 'broken trees': a drafted token whose parent was not drafted. 'vs float64' says which side "
-        "of a difference the float64-softmax selection takes."
+        "tree. 'tie-order' / 'precision': trees that differ (tokens, parents or positions), by what made "
+        "them part first: equal logits taken in another order (lowest index vs torch's order), or other "
+        "values (softmax rounding in bf16/fp16 without upcast, fp32 ulps, inexact scores such as "
+        "argmax_ones' 1.0); from the eager runs. 'broken trees': a drafted token whose parent was not "
+        "drafted. 'vs float64' says which side of a difference the float64-softmax selection takes "
+        f"(lowest index on ties). {NOT_SGLANG}: a setting SGLang never runs."
     )
-    return [*_parity_figure(ok), Table(columns, rows, caption)]
+    return [*_parity_figure(ok), *_split_figure(ok), Table(columns, rows, caption)]
+
+
+def _split_figure(ok: pd.DataFrame) -> list[Block]:
+    data = ok[ok["variant"] != BASELINE]
+    data = data[data["tie_diff_base"].notna() | data["precision_diff_base"].notna()]
+    if data.empty:
+        return []
+    title = "Trees that differ from full_softmax's: tie order or precision"
+    return [figure_block("draft-parity-split", title, partial(_split_bars, data, title))]
+
+
+def _split_bars(data: pd.DataFrame, title: str) -> go.Figure:
+    import plotly.express as px
+
+    long = data.melt(
+        id_vars=["config", "variant", "path"],
+        value_vars=["tie_diff_base", "precision_diff_base"],
+        var_name="kind",
+        value_name="share",
+    )
+    long["kind"] = long["kind"].map({"tie_diff_base": "tie order", "precision_diff_base": "precision"})
+    long["variant_kind"] = long["variant"] + " · " + long["kind"]
+    fig = px.bar(
+        long,
+        x="config",
+        y="share",
+        color="variant_kind",
+        barmode="group",
+        pattern_shape="kind",
+        facet_col="path",
+        category_orders={"path": _paths(data)},
+        title=title,
+    )
+    fig.update_yaxes(title_text="share of trees", range=[0, 1.05], col=1)
+    fig.update_xaxes(title_text="")
+    fig.update_layout(height=380, margin={"t": 60, "b": 80})
+    return fig
 
 
 def _parity_figure(ok: pd.DataFrame) -> list[Block]:
