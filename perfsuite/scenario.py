@@ -111,26 +111,8 @@ def _all_variant_names() -> list[str]:
     return variants.names() + tp_variants.names()
 
 
-def _check_variants(source: str, key: str, value: Any) -> tuple[str, ...]:
-    """Built-in and tensor-parallel names, plus external selectors (`package.module:function` or an
-    installed `perfsuite.selectors` entry point), loaded now: one that cannot load is a one-line
-    `ScenarioError` naming the file, the key and the selector, never a traceback mid-run."""
-    known = _all_variant_names()
-    external: list[str] = []
-    for item in checks.as_list(value):
-        if not isinstance(item, str) or item in known:
-            continue
-        try:
-            loaded = variants.external.load(item)
-        except variants.ExternalSelectorError as exc:
-            raise checks.fail(source, key, str(exc)) from None
-        if loaded is not None:
-            external.append(item)
-    return checks.names(lambda: known + external, "variant")(source, key, value)
-
-
 SWEEP_CHECKS = {
-    "variants": _check_variants,
+    "variants": checks.selectors(_all_variant_names),
     "paths": checks.names(lambda: list(PATHS), "path"),
     "dtypes": checks.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
     "vocab": checks.ints(1),

@@ -108,25 +108,8 @@ def upcast_name(loop: LoopConfig) -> str:
 # ---------------------------------------------------------------------------------------------- checks
 
 
-def _check_variants(source: str, key: str, value: Any) -> tuple[str, ...]:
-    """Built-in names and external selectors (`package.module:function` or an installed entry point),
-    loaded now: one that cannot load is a one-line `ScenarioError` naming the file, key and selector."""
-    known = variants.names()
-    external: list[str] = []
-    for item in checks.as_list(value):
-        if not isinstance(item, str) or item in known:
-            continue
-        try:
-            loaded = variants.external.load(item)
-        except variants.ExternalSelectorError as exc:
-            raise checks.fail(source, key, str(exc)) from None
-        if loaded is not None:
-            external.append(item)
-    return checks.names(lambda: known + external, "variant")(source, key, value)
-
-
 CHECKS: dict[str, checks.Check] = {
-    "variants": _check_variants,
+    "variants": checks.selectors(variants.names),
     "paths": checks.names(lambda: list(PATHS), "path"),
     "dtypes": checks.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
     "vocab": checks.ints(2),
