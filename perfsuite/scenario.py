@@ -20,7 +20,7 @@ A scenario names what to sweep and how to time it:
     draft_head = "data/draft_head_logits.pt"   # or { path = "dumps/", tensor = "logits" }
 
 A sweep with `file:` kinds runs at its files' V: leave its `vocab` out (or give only that V), and give
-files of other V, other vocabularies and tp > 1 their own [[sweep]].
+files of other V and other vocabularies their own [[sweep]].
 
 Every problem is reported as one `ScenarioError` naming the file, the key and what is allowed.
 """
@@ -198,15 +198,11 @@ def _check_logits(files: tuple[logits_files.LogitsSource, ...]) -> checks.Check:
 
 
 def _sweep(source: str, name: str, raw: Any, files: tuple[logits_files.LogitsSource, ...]) -> Sweep:
-    """One sweep table; one with `file:` kinds runs at its files' V (`vocab` left out, or only that V) on
-    one device."""
+    """One sweep table; one with `file:` kinds runs at its files' V (`vocab` left out, or only that V)."""
     sweep = _table(source, name, raw, {**SWEEP_CHECKS, "logits": _check_logits(files)}, Sweep)
     used = [inputs.file_source(kind, files) for kind in sweep.logits if logits_files.is_file_kind(kind)]
     if not used:
         return sweep
-    if max(sweep.tp) > 1:
-        message = "file logits run on one device (tp = 1): give them a [[sweep]] of their own"
-        raise checks.fail(source, f"[{name}].tp", message)
     vocabs = dict.fromkeys(f.vocab for f in used)
     described = ", ".join(f"{f.kind} has V {f.vocab}" for f in used)
     if len(vocabs) > 1:

@@ -382,6 +382,25 @@ def test_launcher_runs_the_worker_and_skips_what_cannot_run(tmp_path):
     assert len(written) == sum(c.tp == 2 for c in todo), "one row per case: rank 0 writes, rank 1 does not"
 
 
+def test_tensor_parallel_cases_read_logits_from_a_file(tmp_path):
+    """A `file:NAME` kind reaches the torchrun workers: every rank reads the same rows of the file."""
+    torch.save(torch.randn(6, 1001, generator=torch.Generator().manual_seed(0)), tmp_path / "x.pt")
+    path = tmp_path / "tp_file.toml"
+    path.write_text(
+        'name = "tp_file"\ndevice = "cpu"\n[inputs.files]\nmine = "x.pt"\n[[sweep]]\n'
+        'variants = ["allgather_full_softmax", "sharded_torch"]\ndtypes = ["bfloat16"]\nbatch = [3]\n'
+        'topk = [4]\nlogits = ["file:mine"]\ntp = [2]\n[timing]\nwarmup = 1\nreps = 3\nmax_seconds = 0.02\n'
+    )
+    todo = cases.scenarios.expand(cases.load(path))
+    assert {c.logits for c in todo} == {"file:mine"} and {c.vocab for c in todo} == {1001}
+    env = {"scenario": "tp_file", "backend": "cpu", "copy_gbps": 10.0}
+    got = list(launch.run_tp_cases(str(path), todo, tmp_path / "out", env, max_cpu_ranks=2, timeout_s=240))
+    assert len(got) == 2
+    for row in got:
+        assert row["status"] == "ok", row["reason"]
+        assert row["logits"] == "file:mine" and row["verdict"] == "pass" and row["ranks_agree"] is True
+
+
 def test_launcher_gives_skipped_rows_when_the_launch_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TORCHRUN", (sys.executable, "-c", "import sys; sys.exit(3)", "--"))
     path = _scenario(tmp_path, ["sharded_torch"])

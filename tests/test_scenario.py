@@ -157,7 +157,6 @@ def test_a_file_path_is_relative_to_the_scenario_file(tmp_path):
 FILE_BAD = {
     "vocab": ('vocab = [100]\nlogits = ["file:mine"]', "[sweep].vocab: file:mine has V 64", "give 64"),
     "two_vocabs": ('logits = ["file:mine", "file:wide"]', "[sweep].logits: file:mine has V 64", "V 128"),
-    "tp": ('tp = [2]\nlogits = ["file:mine"]', "[sweep].tp: file logits run on one device", ""),
     "unknown": ('logits = ["file:yours"]', "'file:yours' names no [inputs.files] entry", "entries: mine"),
     "entry": ('logits = ["file:mine"]\n[inputs.files.mine]\npath = "x.pt"\nkey = 1', 'expected "path"', ""),
 }

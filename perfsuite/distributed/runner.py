@@ -113,6 +113,7 @@ class TPCaseRunner:
                 seed=case.inputs.seed,
                 device=self.group.device,
                 scale=case.inputs.scale,
+                files=case.inputs.files,
             )
             self._cache = (key, logits)
         return self._cache[1]
