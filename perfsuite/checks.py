@@ -96,21 +96,23 @@ def scalar(rule: str, ok: Callable[[Any], bool], convert: Callable[[Any], Any] |
     return check
 
 
-def selectors(known: Callable[[], list[str]]) -> Check:
-    """Variant names: the `known` ones, plus external selectors (`package.module:function` or an installed
-    `perfsuite.selectors` entry point), loaded now, so that one that cannot load is a one-line
-    `ScenarioError` naming the file, the key and the selector, never a traceback mid-run."""
+def selectors(known: Callable[[], list[str]], load: Callable[[str], object] | None = None) -> Check:
+    """Variant names: the `known` ones, plus those `load` makes (default: external selectors,
+    `package.module:function` or an installed `perfsuite.selectors` entry point; None for a name it does
+    not know), loaded now, so that one that cannot load is a one-line `ScenarioError` naming the file, the
+    key and the selector, never a traceback mid-run."""
 
     def check(source: str, key: str, value: Any) -> tuple[str, ...]:
         from perfsuite import variants
 
+        loader = load or variants.external.load
         built_in = known()
         external: list[str] = []
         for item in as_list(value):
             if not isinstance(item, str) or item in built_in:
                 continue
             try:
-                loaded = variants.external.load(item)
+                loaded = loader(item)
             except variants.ExternalSelectorError as exc:
                 raise fail(source, key, str(exc)) from None
             if loaded is not None:

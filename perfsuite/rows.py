@@ -74,10 +74,10 @@ def accuracy_of(name: str) -> str:
     """The accuracy claim of a single-device or tensor-parallel variant ('' for an unknown name)."""
     from perfsuite.distributed import tp_variants
 
-    for registry in (variants, tp_variants):
+    for registry in (tp_variants, variants):  # tensor-parallel first: `allgather_pkg.mod:fn` is one
         try:
             return registry.get(name).accuracy
-        except KeyError:
+        except (KeyError, variants.ExternalSelectorError):
             continue
     return ""
 

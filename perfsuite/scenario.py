@@ -111,8 +111,17 @@ def _all_variant_names() -> list[str]:
     return variants.names() + tp_variants.names()
 
 
+def _load_selector(name: str) -> object | None:
+    """`allgather_<selector>` (perfsuite.distributed) or an external selector; None: neither."""
+    from perfsuite.distributed import tp_variants
+
+    if name.startswith(tp_variants.ALLGATHER_PREFIX):
+        return tp_variants.gathered(name)
+    return variants.external.load(name)
+
+
 SWEEP_CHECKS = {
-    "variants": checks.selectors(_all_variant_names),
+    "variants": checks.selectors(_all_variant_names, _load_selector),
     "paths": checks.names(lambda: list(PATHS), "path"),
     "dtypes": checks.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
     "vocab": checks.ints(1),

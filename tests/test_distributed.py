@@ -401,6 +401,43 @@ def test_tensor_parallel_cases_read_logits_from_a_file(tmp_path):
         assert row["logits"] == "file:mine" and row["verdict"] == "pass" and row["ranks_agree"] is True
 
 
+GATHERED = ("allgather_full_softmax", "allgather_identity_engine_order")
+EXTERNAL = ("allgather_selectors_for_tests:exact_topk", "allgather_selectors_for_tests:argmax_wrong")
+
+
+def test_any_selector_runs_after_the_all_gather_external_ones_included(tmp_path, monkeypatch):
+    """`allgather_<selector>`: a built-in or an engine's own kernel after the all-gather, in the torchrun
+    workers (which import the engine's module themselves), judged like any tensor-parallel variant."""
+    data = str(Path(__file__).parent / "data")
+    monkeypatch.syspath_prepend(data)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [data, os.environ.get("PYTHONPATH")])))
+    path = _scenario(tmp_path, [*GATHERED, *EXTERNAL], tps=(2,))
+    todo = [c for c in cases.scenarios.expand(cases.load(path)) if c.topk == 1]
+    env = {"scenario": "tp_tiny", "backend": "cpu", "copy_gbps": 10.0}
+    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env, max_cpu_ranks=2, timeout_s=240))
+    measured = {r["variant"]: r for r in got if r["batch"] == 3}
+    assert set(measured) == {*GATHERED, *EXTERNAL}
+    assert all(r["status"] == "ok" for r in measured.values()), [r["reason"] for r in measured.values()]
+    assert measured["allgather_selectors_for_tests:exact_topk"]["verdict"] == "pass"
+    assert measured["allgather_identity_engine_order"]["verdict"] == "pass"
+    assert measured["allgather_selectors_for_tests:argmax_wrong"]["verdict"] == "fail"  # a wrong argmax
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("allgather_selectors_for_tests:undeclared", "no contract declared"),
+        ("allgather_no_such_selector", "unknown variant 'allgather_no_such_selector'"),
+    ],
+)
+def test_a_gathered_selector_that_cannot_load_is_one_line(tmp_path, monkeypatch, name, expected):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
+    path = _scenario(tmp_path, [name], tps=(2,))
+    with pytest.raises(ScenarioError) as info:
+        cases.load(path)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
 def test_launcher_gives_skipped_rows_when_the_launch_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TORCHRUN", (sys.executable, "-c", "import sys; sys.exit(3)", "--"))
     path = _scenario(tmp_path, ["sharded_torch"])
