@@ -97,6 +97,7 @@ def test_external_selectors_run_like_built_ins(tmp_path, entry_point, capsys):
         rows = frame[frame["variant"] == name]
         assert set(rows["accuracy"]) == {"exact"}
         assert (rows["bytes_model"] == rows["bytes_ideal"]).all()  # the ideal traffic, said in the summary
+        assert (rows["model_temp_bytes"] == rows["batch"] * rows["vocab"] * 4).all()  # assumed, said too
         assert (rows["idx_exact_ref"] == 1.0).all()  # lowest index on ties, as declared
     for name in argmax:
         rows = frame[frame["variant"] == name]
@@ -139,9 +140,12 @@ def test_preallocated_outputs_are_allocated_once_per_shape_and_reused(selectors)
     first, second, third, fourth = selectors.ADDRESSES
     assert first == second == fourth and third != first
     said = (
-        "int32 indices widened; preallocated outputs; bytes model = ideal traffic (its passes are not known)"
+        "int32 indices widened; preallocated outputs; bytes model = ideal traffic (its passes are not "
+        "known); memory check assumes one [B, V] fp32 temporary"
     )
     assert variant.summary.endswith(f"[external: {said}]")
+    # the memory-fit check cannot see its temporaries: it assumes a softmax's [B, V] float32 one
+    assert variant.traffic(5, 1000, 4, torch.bfloat16).temp == 5 * 1000 * 4
 
 
 @pytest.mark.parametrize("name", ["argmax_indices", "argmax_into"])

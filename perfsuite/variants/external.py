@@ -48,7 +48,14 @@ from typing import Any
 
 import torch
 
-from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, always_available, ideal_traffic
+from perfsuite.variants.base import (
+    FP8_DTYPES,
+    SUPPORTED_DTYPES,
+    Traffic,
+    Variant,
+    always_available,
+    ideal_traffic,
+)
 
 ATTRIBUTE = "__perfsuite_selector__"
 GROUP = "perfsuite.selectors"
@@ -277,12 +284,20 @@ def adapt(name: str, fn: Callable[..., Any], declared: Contract) -> Variant:
         name=name,
         select=select,
         accuracy="inexact" if declared.indices_only else declared.accuracy,  # type: ignore[arg-type]
-        traffic=ideal_traffic,
+        traffic=assumed_traffic,
         summary=summary_of(fn, declared),
         lowest_index_ties=declared.lowest_index_ties,
         available=always_available,
         dtypes=declared.torch_dtypes,
     )
+
+
+def assumed_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
+    """An external selector's model: the ideal traffic (its passes are not known), and for the memory-fit
+    check one `[B, V]` float32 temporary, as a softmax or an upcast makes (its temporaries are not known
+    either; the measured peak is in the row)."""
+    ideal = ideal_traffic(batch, vocab, k, dtype)
+    return Traffic(ideal.read, ideal.write, batch * vocab * 4)
 
 
 def summary_of(fn: Callable[..., Any], declared: Contract) -> str:
@@ -297,6 +312,7 @@ def summary_of(fn: Callable[..., Any], declared: Contract) -> str:
     if declared.dtypes != DEFAULT_DTYPES:
         shape.append(f"logits {', '.join(declared.dtypes)}")
     shape.append("bytes model = ideal traffic (its passes are not known)")
+    shape.append("memory check assumes one [B, V] fp32 temporary")
     return f"{own} [external: {'; '.join(shape)}]"
 
 
