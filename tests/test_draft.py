@@ -413,6 +413,7 @@ _BROKEN = Variant(
 
 EXACT_EXTERNAL = "selectors_for_tests:exact_topk"
 PREALLOCATED = "selectors_for_tests:preallocated_topk"  # int32 indices, writes into reused buffers
+BF16_ONLY = "selectors_for_tests:fp8_topk"  # declares bfloat16 and the fp8 dtypes
 
 
 @pytest.fixture(scope="module")
@@ -479,6 +480,15 @@ def rows() -> list[dict[str, object]]:
                 "selection_share": False,
                 "kernels": False,
             },
+            {  # a selector declaring bf16 (and fp8) logits only: fp32 upcast is refused, bf16 runs
+                **small,
+                "variants": BF16_ONLY,
+                "logits": "head",
+                "topk": 1,
+                "upcast": ["fp32", "none"],
+                "selection_share": False,
+                "kernels": False,
+            },
         ]
         s = _scenario(draft, timing={"warmup": 1, "reps": 5, "max_seconds": 0.05, "l2": "hot"})
         info = detect("cpu")
@@ -487,6 +497,16 @@ def rows() -> list[dict[str, object]]:
     finally:
         registry.pop(_BROKEN.name, None)
         patch.undo()
+
+
+def test_a_selector_is_handed_only_logits_it_declares(rows):
+    upcast = _row(rows, variant=BF16_ONLY, upcast="fp32")
+    assert upcast["status"] == "skipped"
+    assert upcast["reason"].startswith("the loop hands the selector float32 logits (upcast = fp32)")
+    assert "declares bfloat16, float8_e4m3fn, float8_e5m2" in upcast["reason"]
+    plain = _row(rows, variant=BF16_ONLY, upcast="none")
+    assert plain["status"] == "ok", plain["reason"]
+    assert plain["selector_dtype"] == "bfloat16"
 
 
 def _row(rows, **match) -> dict[str, object]:

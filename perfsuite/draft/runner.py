@@ -26,7 +26,7 @@ from perfsuite.draft.spec import DraftCase, expand_draft, upcast_name
 from perfsuite.progress import progress_bar
 from perfsuite.scenario import Scenario
 from perfsuite.schema import DRAFT_COLUMNS
-from perfsuite.variants.base import Selector
+from perfsuite.variants.base import Selector, dtype_names
 
 NAN = float("nan")
 NOOP = "(no-op selection)"
@@ -154,6 +154,12 @@ class DraftRunner:
         reason = loop.problem() or variant.available(self.device) or paths.unavailable(case.path, self.device)
         if reason:
             return reason
+        handed = torch.float32 if loop.upcast else head.torch_dtype
+        if handed not in variant.dtypes:  # an external selector that declares other logits dtypes
+            return (
+                f"the loop hands the selector {inputs.dtype_name(handed)} logits (upcast = "
+                f"{upcast_name(loop)}); it declares {dtype_names(variant.dtypes)}"
+            )
         if self.device.type == "cpu" and case.variant.startswith("triton") and kernels.interpreting():
             return "Triton under TRITON_INTERPRET=1 is for correctness checks only: too slow for a draft loop"
         return memory.fits(_bytes_needed(case), self.device)
