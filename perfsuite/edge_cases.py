@@ -111,7 +111,7 @@ def call(variant: variants.Variant, logits: torch.Tensor, k: int) -> Outputs | s
 def _run(name: str, logits: torch.Tensor, k: int) -> Outputs | str:
     """A variant's outputs on the CPU, or why there are none (unavailable here, or the error it raised)."""
     variant = variants.get(name)
-    return variant.available(logits.device) or call(variant, logits, k)
+    return variant.available(logits.device) or variant.unclaimed_k(k) or call(variant, logits, k)
 
 
 def _cell(out: Outputs | str, base: Outputs | str, row: int, vocab: int, dtype: torch.dtype) -> dict:

@@ -68,7 +68,8 @@ class KernelCaseRunner:
         if case.topk > case.vocab:
             return f"topk {case.topk} > vocab {case.vocab}"
         reason = (
-            variant.available(self.device)
+            variant.unclaimed_k(case.topk)
+            or variant.available(self.device)
             or variant.untimed(self.device)
             or paths.unavailable(case.path, self.device)
         )

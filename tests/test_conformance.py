@@ -210,3 +210,37 @@ def test_declared_dtypes_are_validated():
     with pytest.raises(external.ExternalSelectorError, match="must be a non-empty list"):
         external.contract("x", {"accuracy": "exact", "dtypes": []})
     assert external.contract("x", {"accuracy": "exact", "dtypes": "bfloat16"}).dtypes == ("bfloat16",)
+
+
+def test_an_argmax_kernel_declaring_max_k_1_is_judged_at_k_1_and_skips_the_rest():
+    table = conformance.frame(
+        conformance.rows("selectors_for_tests:argmax_k1", torch.device("cpu"), quick=True)
+    )
+    assert "FAIL" not in verdicts(table)
+    timed = table[table["case"] != "graph_replay"].dropna(subset=["k"])
+    assert set(timed[timed["k"] == 1]["verdict"]) == {"pass"}
+    wider = timed[timed["k"] > 1]
+    assert len(wider) and set(wider["verdict"]) == {"skip"}
+    assert set(wider["detail"]) == {"not claimed: the selector declares topk <= 1"}
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "1"])
+def test_max_k_is_validated(value):
+    with pytest.raises(external.ExternalSelectorError, match=r"contract key 'max_k' is .*an integer >= 1"):
+        external.contract("x", {"accuracy": "exact", "max_k": value})
+
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def test_the_readme_vllm_recipe_passes_the_battery(tmp_path, monkeypatch):
+    """The one engine recipe that runs on a CPU (vLLM's greedy argmax, plain torch) is checked as written."""
+    text = README.read_text()
+    start = text.index("vLLM's greedy path")
+    opening = text.index("```python\n", start) + len("```python\n")
+    block = text[opening : text.index("```", opening)]
+    (tmp_path / "vllm_recipe.py").write_text("import torch\n" + block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    table = conformance.frame(conformance.rows("vllm_recipe:vllm_greedy", torch.device("cpu"), quick=True))
+    assert "FAIL" not in verdicts(table), failing(table)[["case", "dtype", "k", "detail"]]
+    assert "pass" in verdicts(table)

@@ -79,6 +79,15 @@ def run(tmp_path: Path, names: list[str]) -> tuple[int, pd.DataFrame]:
     return code, pd.read_csv(out / "results.csv")
 
 
+def test_a_case_above_a_declared_max_k_is_skipped_with_the_reason(tmp_path, capsys):
+    code, frame = run(tmp_path, ["full_softmax", spec("argmax_k1")])
+    assert code == 0, capsys.readouterr().err
+    argmax = frame[frame["variant"] == spec("argmax_k1")].set_index("topk")
+    assert argmax.loc[1, "status"] == "ok" and argmax.loc[1, "verdict"] == "inexact"
+    assert argmax.loc[4, "status"] == "skipped"
+    assert argmax.loc[4, "reason"] == "not claimed: the selector declares topk <= 1"
+
+
 def test_external_selectors_run_like_built_ins(tmp_path, entry_point, capsys):
     good = [spec(f) for f in ("exact_topk", "int32_topk", "preallocated_topk", "dict_declared")]
     good += [spec("Engine.topk"), entry_point]

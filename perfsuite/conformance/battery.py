@@ -106,7 +106,10 @@ def _case_rows(
             reason = str(skip)
     for k in case.topks():
         start = time.perf_counter()
-        if logits is None:
+        unclaimed = variant.unclaimed_k(k)
+        if unclaimed:
+            verdict = skipped(unclaimed)
+        elif logits is None:
             verdict = skipped(reason)
         elif case.graph:
             verdict = graph.replay_verdict(variant, logits, k)

@@ -25,6 +25,7 @@ from perfsuite.distributed.shard import local_slice, shard_of
 from perfsuite.distributed.tp_variants import Local
 from perfsuite.rows import CaseFailed, is_out_of_memory, one_line
 from perfsuite.scenario import Case
+from perfsuite.variants.base import unclaimed_k
 
 T = TypeVar("T")
 VERDICT_RANK = {"fail": 3, "inexact": 2, "pass": 1, "n/a": 0}
@@ -73,12 +74,13 @@ class TPCaseRunner:
             return f"tensor-parallel variants run eagerly; path {case.path!r} is not measured"
         if case.topk > case.vocab:
             return f"topk {case.topk} > vocab {case.vocab}"
-        reason = tp_variants.get(case.variant).available(self.group.device)
+        variant = tp_variants.get(case.variant)
+        reason = unclaimed_k(variant.max_k, case.topk) or variant.available(self.group.device)
         if reason:
             return reason
         dtype = inputs.dtype_of(case.dtype)
         width = -(-case.vocab // case.tp) + case.inputs.row_pad
-        traffic = tp_variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype, case.tp)
+        traffic = variant.traffic(case.batch, case.vocab, case.topk, dtype, case.tp)
         need = (
             case.batch * (case.vocab * (2 * dtype.itemsize + 8) + width * dtype.itemsize) + 2 * traffic.temp
         )

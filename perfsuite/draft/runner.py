@@ -151,7 +151,12 @@ class DraftRunner:
         head, loop = case.head, case.loop
         if loop.topk > head.vocab:
             return f"topk {loop.topk} > vocab {head.vocab}"
-        reason = loop.problem() or variant.available(self.device) or paths.unavailable(case.path, self.device)
+        reason = (
+            loop.problem()
+            or variant.unclaimed_k(loop.topk)
+            or variant.available(self.device)
+            or paths.unavailable(case.path, self.device)
+        )
         if reason:
             return reason
         handed = torch.float32 if loop.upcast else head.torch_dtype

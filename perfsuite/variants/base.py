@@ -74,13 +74,29 @@ class Variant:
     (the Triton variants: kernel, splits, tile, warps); None for the others."""
     dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES
     """The logits dtypes it accepts; others are refused by `check_inputs` (the battery: "not claimed")."""
+    max_k: int | None = None
+    """The largest topk it supports (an argmax kernel: 1); None: any."""
 
     @property
     def exact(self) -> bool:
         return self.accuracy == "exact"
 
+    def unclaimed_k(self, k: int) -> str | None:
+        """Why a call with this k is outside what the selector declares (None: it is inside)."""
+        return unclaimed_k(self.max_k, k)
+
     def __call__(self, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        unclaimed = self.unclaimed_k(k)
+        if unclaimed:
+            raise ValueError(unclaimed)
         return bind(self.select, logits, k, self.dtypes)()
+
+
+def unclaimed_k(max_k: int | None, k: int) -> str | None:
+    """Why k is above a selector's declared `max_k` (None: it is not)."""
+    if max_k is not None and k > max_k:
+        return f"not claimed: the selector declares topk <= {max_k}"
+    return None
 
 
 def dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:

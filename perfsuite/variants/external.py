@@ -27,6 +27,8 @@ Contract keys:
                      "float8_e4m3fn", "float8_e5m2" (the 8-bit ones where torch has them); default
                      the three 16/32-bit floats. Others are refused before the call; `perfsuite check`
                      records them as "not claimed", not as failures
+  max_k              None (default: any k) | the largest topk it supports (1 for an argmax kernel): a
+                     case or battery row with a larger k is a skip ("not claimed"), never a call
   summary            free text for `perfsuite variants` and the report
 
 An indices-only selector claims nothing about probabilities: the adapter fills `topk_p` with 1.0 (as
@@ -91,6 +93,7 @@ class Contract:
     lowest_index_ties: bool = True
     summary: str = ""
     dtypes: tuple[str, ...] = DEFAULT_DTYPES
+    max_k: int | None = None
 
     @property
     def indices_only(self) -> bool:
@@ -131,6 +134,12 @@ def contract(name: str, declared: Any) -> Contract:
                 raise ExternalSelectorError(f"selector {name!r}: contract key 'summary' must be a string")
         elif key == "dtypes":
             declared = {**declared, "dtypes": _dtypes(name, value)}
+        elif key == "max_k":
+            if value is not None and not (type(value) is int and value >= 1):
+                raise ExternalSelectorError(
+                    f"selector {name!r}: contract key 'max_k' is {value!r}; allowed: an integer >= 1 "
+                    "(the largest topk it supports: 1 for an argmax kernel) or None"
+                )
         elif not any(value is v or (type(value) is type(v) and value == v) for v in ALLOWED[key]):
             raise ExternalSelectorError(
                 f"selector {name!r}: contract key {key!r} is {value!r}; allowed: {_allowed(ALLOWED[key])}"
@@ -174,6 +183,7 @@ def selector(
     lowest_index_ties: bool = True,
     summary: str = "",
     dtypes: tuple[str, ...] | list[str] = DEFAULT_DTYPES,
+    max_k: int | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a function a top-k selector perfsuite can measure; returns the function unchanged, with
     its `Contract` in `__perfsuite_selector__`. A bad value raises `ExternalSelectorError` at once."""
@@ -185,6 +195,7 @@ def selector(
         "lowest_index_ties": lowest_index_ties,
         "summary": summary,
         "dtypes": dtypes,
+        "max_k": max_k,
     }
 
     def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -289,6 +300,7 @@ def adapt(name: str, fn: Callable[..., Any], declared: Contract) -> Variant:
         lowest_index_ties=declared.lowest_index_ties,
         available=always_available,
         dtypes=declared.torch_dtypes,
+        max_k=declared.max_k,
     )
 
 
@@ -311,6 +323,8 @@ def summary_of(fn: Callable[..., Any], declared: Contract) -> str:
         shape.append("preallocated outputs")
     if declared.dtypes != DEFAULT_DTYPES:
         shape.append(f"logits {', '.join(declared.dtypes)}")
+    if declared.max_k is not None:
+        shape.append(f"topk <= {declared.max_k}")
     shape.append("bytes model = ideal traffic (its passes are not known)")
     shape.append("memory check assumes one [B, V] fp32 temporary")
     return f"{own} [external: {'; '.join(shape)}]"

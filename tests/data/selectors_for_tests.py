@@ -124,3 +124,9 @@ NOT_CALLABLE = 3
 def fp8_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Declares bf16 and fp8 logits (upcast to fp32 first: torch's CPU sort has no fp8)."""
     return _exact(logits.float(), k)
+
+
+@selector(accuracy="inexact", outputs="indices", max_k=1)
+def argmax_k1(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """An argmax kernel: k = 1 only, as SGLang's, AITER's and vLLM's greedy paths."""
+    return logits.argmax(dim=-1, keepdim=True)

@@ -46,4 +46,5 @@ def allgather_variant(single_name: str, summary: str) -> TPVariant:
         comm_bytes=allgather_comm_bytes,
         summary=summary,
         lowest_index_ties=single.lowest_index_ties,
+        max_k=single.max_k,
     )

@@ -56,6 +56,8 @@ class TPVariant:
     summary: str
     lowest_index_ties: bool = True
     available: Availability = field(default=always_available)
+    max_k: int | None = None
+    """The largest topk it supports (an all-gathered argmax kernel: 1); None: any."""
 
     @property
     def exact(self) -> bool:
