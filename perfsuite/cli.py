@@ -27,7 +27,7 @@ import pandas as pd
 
 from perfsuite import variants
 from perfsuite.interrupts import interruptible
-from perfsuite.scenario import SWEEP_CHECKS, ScenarioError, expand, load
+from perfsuite.scenario import SWEEP_CHECKS, Scenario, ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_REGRESSION = EXIT_PROBLEM = EXIT_PARITY  # the other findings share status 1
@@ -74,8 +74,22 @@ def _scenario(args: argparse.Namespace):
     if getattr(args, "variant", None):
         chosen = SWEEP_CHECKS["variants"]("the command line", "--variant", args.variant)
         sweeps = tuple(dataclasses.replace(sweep, variants=chosen) for sweep in scenario.sweeps)
-        scenario = dataclasses.replace(scenario, sweeps=sweeps)
+        scenario = dataclasses.replace(scenario, sweeps=sweeps, extra=_draft_variants(scenario, chosen))
     return scenario
+
+
+def _draft_variants(scenario: Scenario, chosen: tuple[str, ...]) -> dict:
+    """The scenario's extra tables with `--variant` in place of each `[draft]` table's variants, checked
+    now (a tensor-parallel name there is one line, exit 2)."""
+    from perfsuite.draft.spec import parse_draft
+
+    raw = scenario.extra.get("draft")
+    if raw is None:
+        return scenario.extra
+    tables = [{**table, "variants": list(chosen)} for table in (raw if isinstance(raw, list) else [raw])]
+    replaced = tables if isinstance(raw, list) else tables[0]
+    parse_draft(replaced, f"{scenario.source} with --variant")
+    return {**scenario.extra, "draft": replaced}
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -434,8 +448,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--variant",
         action="append",
-        help="run these variants in place of each sweep's (repeat): a built-in name, package.module:function "
-        "or a perfsuite.selectors entry point",
+        help="run these variants in place of each sweep's and [draft] table's (repeat): a built-in name, "
+        "package.module:function or a perfsuite.selectors entry point",
     )
     s.add_argument("--label", help="the run's label in its rows and reports (default: start time and host)")
     s.add_argument(

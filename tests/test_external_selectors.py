@@ -4,6 +4,7 @@ declaration problem is one line (exit 2 from the CLI), a selector returning the 
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 
 from perfsuite import cli, inputs, parity, scenario, variants
 from perfsuite.checks import ScenarioError
+from perfsuite.draft import expand_draft
 from perfsuite.variants import external
 from perfsuite.variants.external import Contract, ExternalSelectorError, selector
 
@@ -306,6 +308,33 @@ def test_the_declaration_needs_an_accuracy():
         external.contract("m:f", {"outputs": "indices"})
     declared = external.contract("m:f", {"accuracy": "rounded", "preallocated": True})
     assert declared == Contract(accuracy="rounded", preallocated=True)
+
+
+DRAFT_ONLY = """
+name = "draft_only"
+device = "cpu"
+[draft]
+variants = ["full_softmax", "identity"]
+dtypes = ["float32"]
+vocab = [256]
+hidden = [16]
+batch = [2]
+topk = [1, 2]
+num_steps = [2]
+"""
+
+
+def test_variant_on_the_command_line_also_replaces_a_draft_tables_variants(tmp_path, capsys):
+    path = tmp_path / "draft_only.toml"
+    path.write_text(DRAFT_ONLY)
+    args = argparse.Namespace(scenario=str(path), variant=["full_softmax", spec("exact_topk")])
+    cases = expand_draft(cli._scenario(args))
+    assert {c.variant for c in cases} == {"full_softmax", spec("exact_topk")}
+    # a tensor-parallel name is fine for a kernel sweep, not for a draft table: one line, exit 2
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out), "--variant", "sharded_torch"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "with --variant" in err and "sharded_torch" in err
 
 
 def test_the_command_line_picks_variants_and_lists_entry_points(tmp_path, entry_point, capsys):
