@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -114,6 +115,29 @@ def _relative_error(value: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     return ((value.double() - truth).abs() / truth.abs().clamp_min(1e-300)).nan_to_num(nan=float("inf"))
 
 
+class Slots(NamedTuple):
+    """Per output slot of the finite rows, judged against the reference (`[rows, k]` each)."""
+
+    tie: torch.Tensor  # the slot's logit equals the reference's (its index, or an exact tie of it)
+    index_ok: torch.Tensor  # a tie, or for "rounded" a token whose probability rounding merged with it
+    truth: torch.Tensor  # the float64 softmax at the slot's own index
+    p_ok: torch.Tensor  # topk_p within the accuracy's tolerance of `truth`
+
+
+def slots(
+    accuracy: Accuracy, index: torch.Tensor, p: torch.Tensor, sub: Reference, dtype: torch.dtype
+) -> Slots:
+    """The slot-by-slot rule `check` and the conformance battery share: `index`, `p` of the finite rows,
+    `sub` the reference of those rows, `dtype` the logits' (it sets the tolerance)."""
+    tie = (index == sub.index) | (sub.logit_at(index) == sub.logit_at(sub.index))
+    truth = sub.prob_at(index)
+    rtol, atol = tolerance(accuracy, dtype)
+    p_ok = (p.double() - truth).abs() <= rtol * truth + atol
+    # a rounded variant may pick another token where rounding merged the two probabilities
+    rounding_tie = truth >= sub.prob * (1 - rtol) - atol
+    return Slots(tie, tie | rounding_tie if accuracy == "rounded" else tie, truth, p_ok)
+
+
 def check(
     accuracy: Accuracy,
     topk_p: torch.Tensor,
@@ -135,13 +159,7 @@ def check(
     index, p, sub = topk_index[rows], topk_p[rows], ref.subset(rows)
 
     same = index == sub.index
-    tie = same | (sub.logit_at(index) == sub.logit_at(sub.index))
-    truth_here = sub.prob_at(index)
-    rtol, atol = tolerance(accuracy, ref.logits.dtype)
-    p_ok = (p.double() - truth_here).abs() <= rtol * truth_here + atol
-    # a rounded variant may pick another token where rounding merged the two probabilities
-    rounding_tie = truth_here >= sub.prob * (1 - rtol) - atol
-    idx_ok = tie | rounding_tie if accuracy == "rounded" else tie
+    tie, idx_ok, truth_here, p_ok = slots(accuracy, index, p, sub, ref.logits.dtype)
 
     if n_finite == 0:
         verdict, problem = "n/a", "no finite rows"

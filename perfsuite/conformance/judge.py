@@ -96,18 +96,17 @@ def judge(
         sub = ref.subset(ref.finite)
         index, p = topk_index[rows], topk_p[rows].double()
         got, want = sub.logit_at(index).double(), sub.logit_at(sub.index).double()
-        rtol, atol = parity.tolerance(variant.accuracy, logits.dtype)
-        truth = sub.prob_at(index)
-        wrong = got != want
-        if variant.accuracy == "rounded":  # rounding the probabilities may merge a token with the next
-            wrong &= truth < sub.prob * (1 - rtol) - atol
+        rtol, _ = parity.tolerance(variant.accuracy, logits.dtype)
+        slot = parity.slots(variant.accuracy, index, p, sub, logits.dtype)
+        truth = slot.truth
+        wrong = ~slot.index_ok  # another logit (for "rounded": beyond what rounding merges)
         if bool(wrong.any()):
             describe = lambda r, s: (  # noqa: E731
                 f"index {int(index[r, s])} (logit {_fmt(got[r, s])}) where the reference has "
                 f"{int(sub.index[r, s])} (logit {_fmt(want[r, s])})"
             )
             found.append(("wrong_topk", _example(wrong, describe, rows)))
-        tie = (index != sub.index) & (got == want)
+        tie = (index != sub.index) & slot.tie
         if variant.lowest_index_ties and bool(tie.any()):
             describe = lambda r, s: (  # noqa: E731
                 f"index {int(index[r, s])}, the lowest index of the tie is {int(sub.index[r, s])}"
@@ -115,7 +114,7 @@ def judge(
             found.append(("wrong_tie", _example(tie, describe, rows)))
         if variant.accuracy in JUDGED_PROBABILITIES:
             nan = ~torch.isfinite(p) & torch.isfinite(truth)
-            off = ~nan & ((p - truth).abs() > rtol * truth + atol)
+            off = ~nan & ~slot.p_ok
             describe = lambda r, s: f"topk_p {_fmt(p[r, s])} where softmax is {_fmt(truth[r, s])}"  # noqa: E731
             if bool(nan.any()):
                 found.append(("nan_prob", _example(nan, describe, rows)))
