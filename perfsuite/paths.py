@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 
@@ -18,7 +19,75 @@ Call = Callable[[], Outputs]
 
 
 class GraphCaptureError(RuntimeError):
-    """A call that could not be captured into a graph (a host sync, an unsupported op, ...)."""
+    """A call that could not be captured into a graph (a host sync, an unsupported op, ...); `cause` is
+    the error that broke the capture."""
+
+    def __init__(self, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.cause = cause
+
+
+INVALIDATED = ("previous error during capture", "capture invalidated", "cudaErrorStreamCaptureInvalidated")
+"""What ending an invalidated capture raises (`cudaStreamEndCapture`): the error that invalidated it is
+its `__context__`."""
+
+
+def capture_cause(exc: BaseException) -> BaseException:
+    """The error that broke a capture: past the "operation failed due to a previous error during
+    capture" that `torch.cuda.graph`'s exit raises on top of it, and past a `GraphCaptureError`."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, GraphCaptureError) and exc.cause is not None:
+            exc = exc.cause
+        elif any(word in str(exc) for word in INVALIDATED) and exc.__context__ is not None:
+            exc = exc.__context__
+        else:
+            break
+    return exc
+
+
+def first_line(exc: BaseException) -> str:
+    """`Type: first line of the message`."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def warm_up(body: Callable[[], object], device: torch.device, times: int) -> object:
+    """Run `body` `times` times on a side stream, as before a capture (library handles, Triton
+    compilation, lazily allocated buffers); the last result (None when `times` is 0)."""
+    result = None
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(times):
+            result = body()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    torch.cuda.synchronize(device)
+    return result
+
+
+@contextlib.contextmanager
+def capturing(
+    graph: torch.cuda.CUDAGraph,
+    device: torch.device,
+    pool: object | None = None,
+    what: str = "graph capture failed",
+) -> Iterator[None]:
+    """`with capturing(graph, device):` the block is captured into `graph` (`torch.cuda.graph`), the one
+    capture routine of perfsuite. A capture that fails leaves the process on the stream it was on
+    (`torch.cuda.graph` leaves its side stream current when ending the capture raises) and raises
+    `GraphCaptureError("{what}: Type: first line")` naming the error that broke it."""
+    before = torch.cuda.current_stream(device)
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            yield
+    except BaseException as exc:
+        torch.cuda.set_stream(before)
+        if not isinstance(exc, Exception):
+            raise
+        cause = capture_cause(exc)  # capture errors come from many layers (torch, driver, Triton)
+        raise GraphCaptureError(f"{what}: {first_line(cause)}", cause) from exc
 
 
 def unavailable(path: str, device: torch.device) -> str | None:
@@ -66,20 +135,11 @@ class GraphCall:
     """`body` captured `unroll` times into one CUDA graph (a HIP graph on ROCm), replayed as one call."""
 
     def __init__(self, body: Call, device: torch.device, unroll: int = 1, warmup: int = 3):
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(warmup):
-                body()
-        torch.cuda.current_stream(device).wait_stream(stream)
-        torch.cuda.synchronize(device)
+        warm_up(body, device, warmup)
         self.graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(self.graph):
-                for _ in range(unroll):
-                    outputs = body()
-        except Exception as exc:  # capture errors come from many layers (torch, driver, Triton)
-            raise GraphCaptureError(f"graph capture failed: {type(exc).__name__}: {exc}") from exc
+        with capturing(self.graph, device):
+            for _ in range(unroll):
+                outputs = body()
         self.outputs = outputs
         self.unroll = unroll
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import cli, conformance, kernels
+from perfsuite import cli, conformance, kernels, simulated_gpu
 from perfsuite.conformance import cases
 from perfsuite.variants import external
 
@@ -159,6 +159,37 @@ def test_graph_capture_on_the_simulated_gpu(gpu):
         "broken_selectors:stale_staging", gpu, cases=["vocab_100"], dtypes=[torch.float32]
     )
     assert verdicts(eager) == {"pass"}  # right eagerly: only the graph shows it
+
+
+CAPTURE_UNSAFE = [
+    ("masks_nan_rows", "with a boolean mask"),  # x[mask]: nonzero's host sync
+    ("host_row_index", "with an index on the host"),  # logits[torch.arange(B)]: a pageable upload
+]
+
+
+@pytest.mark.parametrize(("function", "reason"), CAPTURE_UNSAFE)
+def test_capture_unsafe_indexing_passes_eagerly_and_fails_the_graph_case(gpu, function, reason):
+    """Indexing that real CUDA refuses in a capture: every eager case passes, the graph case fails with a
+    host sync named in its detail (on the simulated GPU: which pattern; on a GPU: torch's own message)."""
+    table = conformance.run(f"broken_selectors:{function}", gpu, quick=True, dtypes=[torch.float32])
+    graph = table[table["case"] == "graph_replay"]
+    eager = table[(table["case"] != "graph_replay") & (table["verdict"] != "skip")]
+    assert len(eager) >= 40 and verdicts(eager) == {"pass"}, conformance.console(table)
+    assert len(graph) == 2 and verdicts(graph) == {"FAIL"} and set(graph["finding"]) == {"host_sync"}
+    assert graph["detail"].str.startswith("during capture: ").all()
+    if simulated_gpu.active():
+        assert graph["detail"].str.contains("not permitted when stream is capturing").all()
+        assert graph["detail"].str.contains(reason).all(), graph["detail"].tolist()
+    assert torch.cuda.current_stream() is torch.cuda.default_stream()  # the failed captures gave it back
+
+
+@pytest.mark.parametrize(("function", "reason"), CAPTURE_UNSAFE)
+def test_check_reports_capture_unsafe_indexing(gpu, function, reason, capsys):
+    argv = ["check", f"broken_selectors:{function}", "--case", "graph_replay", "--dtype", "fp32"]
+    assert cli.main([*argv, "--device", str(gpu)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL host_sync" in out and "FAIL graph_replay float32 k=1: during capture: " in out
+    assert reason in out or not simulated_gpu.active()
 
 
 def test_graph_case_is_a_skip_without_a_gpu():

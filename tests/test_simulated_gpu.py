@@ -3,6 +3,8 @@ code paths of perfsuite run on it (the eight findings of the first-GPU-contact r
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -97,6 +99,24 @@ def test_device_tensors_live_on_the_host_and_say_cuda(gpu):
         _ = x + host
 
 
+def _refused(step) -> str:
+    """Capture `step` under `torch.cuda.graph`; the message of the error that invalidated the capture.
+    As on CUDA, ending the invalidated capture raises on top of it and leaves the side stream current."""
+    graph = torch.cuda.CUDAGraph()
+    invalidated = pytest.raises(runtime.CaptureInvalidated, match="previous error during capture")
+    with invalidated as ended, torch.cuda.graph(graph):
+        step()
+    first = ended.value.__context__
+    assert isinstance(first, runtime.CaptureViolation), repr(first)
+    assert "operation not permitted when stream is capturing" in str(first)
+    assert torch.cuda.current_stream() is not torch.cuda.default_stream()  # torch.cuda.graph's side stream
+    torch.cuda.set_stream(torch.cuda.default_stream())
+    assert runtime.state().capture is None and not runtime.state().invalidated  # the capture is over
+    with pytest.raises(RuntimeError, match="never captured"):
+        graph.replay()
+    return str(first)
+
+
 def test_capture_refuses_host_syncs_and_uploads(gpu):
     x = torch.randn(4, 64, device="cuda")
     host = torch.ones(4, 64)
@@ -111,14 +131,163 @@ def test_capture_refuses_host_syncs_and_uploads(gpu):
         "torch.tensor": lambda: torch.tensor([1.0, 2.0], device="cuda"),
     }
     for what, step in breaking.items():
-        graph = torch.cuda.CUDAGraph()
-        refused = pytest.raises(runtime.CaptureViolation, match="not permitted when stream is capturing")
-        with refused, torch.cuda.graph(graph):
-            step()
-        assert runtime.state().capture is None, what  # the failed capture is over
-        with pytest.raises(RuntimeError, match="never captured"):
-            graph.replay()
+        assert _refused(step), what
     assert x.sum().item() == pytest.approx(float(x.cpu().sum()))  # outside a capture they are fine
+
+
+DATA_DEPENDENT = {
+    "x[x > 0]": (lambda x: x[x > 0], "boolean mask"),
+    "x[mask, :2]": (lambda x: x[x[:, 0] > 0, :2], "boolean mask"),
+    "x[mask] = values": (lambda x: x.__setitem__(x > 0, x.abs()[x > 0]), "boolean mask"),
+    "torch.where(cond)": (lambda x: torch.where(x > 0), "aten.nonzero"),
+    "argwhere": (lambda x: torch.argwhere(x), "aten.nonzero"),
+    "unique_consecutive": (lambda x: torch.unique_consecutive(x), "aten.unique_consecutive"),
+    "masked_select": (lambda x: x.masked_select(x > 0), "copies a device value"),
+}
+HOST_INDEX = {
+    "x[torch.tensor([0, 2])]": lambda x: x[torch.tensor([0, 2])],
+    "x[[0, 2]]": lambda x: x[[0, 2]],
+    "x[:, [1, 3]]": lambda x: x[:, [1, 3]],
+    "x[host] = 0": lambda x: x.__setitem__(torch.tensor([1]), 0.0),
+}
+
+
+@pytest.mark.parametrize("what", DATA_DEPENDENT)
+def test_capture_refuses_ops_whose_output_size_depends_on_device_data(gpu, what):
+    """Boolean-mask indexing and the nonzero family read a size back to the host: CUDA refuses them in a
+    capture whatever Python reaches them through (indexing calls aten directly)."""
+    step, reason = DATA_DEPENDENT[what]
+    x = torch.randn(4, 8, device="cuda")
+    x[0, 0] = 1.0
+    step(x.clone())  # fine outside a capture
+    assert reason in _refused(lambda: step(x))
+
+
+@pytest.mark.parametrize("what", HOST_INDEX)
+def test_capture_refuses_an_index_on_the_host(gpu, what):
+    """A host tensor or a Python list as an index is copied to the device first: a pageable upload."""
+    step, x = HOST_INDEX[what], torch.randn(4, 8, device="cuda")
+    eager = step(x.clone())
+    assert eager is None or eager.is_cuda  # fine outside a capture
+    assert "an index on the host" in _refused(lambda: step(x))
+
+
+def test_both_simulated_gpus_refuse_the_two_patterns(simulated):
+    """`x[x > 0]` and `x[torch.tensor([0, 2])]` on the H200 and on the MI300X (HIP graphs, same rules)."""
+    x = torch.randn(4, 8, device="cuda")
+    assert "boolean mask" in _refused(lambda: x[x > 0])
+    assert "an index on the host" in _refused(lambda: x[torch.tensor([0, 2])])
+
+
+def test_capture_keeps_indexing_that_stays_on_the_device(gpu):
+    """What CUDA captures: device indices, ints and slices, `x[mask] = scalar` (masked_fill, no sync),
+    `x[True]`, a 0-dim host index (read as an int); each replays the eager answer."""
+    x = torch.randn(4, 8, device="cuda")
+    rows = torch.arange(4, device="cuda")[:, None]
+    cols = torch.tensor([[1, 3]] * 4).to("cuda")
+
+    def fill() -> torch.Tensor:
+        y = x.clone()
+        y[y > 0] = 0.0
+        return y
+
+    steps = {
+        "device index": lambda: x[rows, cols] * 1,
+        "int and slice": lambda: x[2, 1:5] * 1,
+        "x[mask] = scalar": fill,
+        "x[True]": lambda: x[True] * 1,
+        "0-dim host index": lambda: x[torch.tensor(2)] * 1,
+        "where(cond, a, b)": lambda: torch.where(x > 0, x, 0.0),
+    }
+    for what, step in steps.items():
+        eager = step()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        graph.replay()
+        assert torch.equal(out, eager), what
+    assert torch.cuda.current_stream() is torch.cuda.default_stream()  # a good capture restores it
+
+
+def test_a_swallowed_violation_still_invalidates_the_capture(gpu):
+    """As on CUDA: the capture is broken even when the code catches the error and goes on."""
+    x = torch.randn(8, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    invalidated = pytest.raises(runtime.CaptureInvalidated, match=r"the first: TensorBase\.item copies")
+    with invalidated, torch.cuda.graph(graph):
+        with contextlib.suppress(RuntimeError):
+            x.sum().item()
+        y = x * 2
+    torch.cuda.set_stream(torch.cuda.default_stream())
+    with pytest.raises(RuntimeError, match="never captured"):
+        graph.replay()
+    assert y.shape == x.shape
+
+
+def test_a_failed_capture_leaves_nothing_behind(gpu):
+    """A failed capture, then a good one in the same process: the second records only its own work,
+    replays right, and the memory the failed one wrote has its old contents back."""
+    x = torch.arange(8.0, device="cuda")
+    static = torch.zeros(8, device="cuda")
+    with (
+        pytest.raises(paths.GraphCaptureError, match="boolean mask"),
+        paths.capturing(torch.cuda.CUDAGraph(), gpu),
+    ):
+        static.copy_(x + 1)
+        static[static > 3].sum()
+    assert torch.equal(static, torch.zeros(8, device="cuda"))
+    assert runtime.state().capture is None and torch.cuda.current_stream() is torch.cuda.default_stream()
+    kernels_before = runtime.state().kernels
+    graph = torch.cuda.CUDAGraph()
+    with paths.capturing(graph, gpu):
+        static.copy_(x * 3)
+    assert len(graph.nodes) == 2  # x * 3 and the copy: nothing of the failed capture
+    assert runtime.state().kernels == kernels_before  # a capture runs nothing that counts
+    graph.replay()
+    assert torch.equal(static, x * 3)
+
+
+def test_capture_needs_a_side_stream(gpu):
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="must be captured on a non-default stream"):
+        graph.capture_begin()
+    assert runtime.state().capture is None
+
+
+def _syncs(logits: torch.Tensor, k: int):
+    """A selector that reads a device value on the host: no capture."""
+    if logits.sum().item() > 1e30:
+        return None
+    return variants.get("identity").select(logits, k)
+
+
+def test_every_capture_routine_restores_the_stream_when_capture_fails(gpu):
+    """torch.cuda.graph leaves its side stream current after a failed capture (the first block shows it
+    here as on CUDA); perfsuite's capture routines all put the caller's stream back."""
+    from perfsuite.conformance import graph as conformance_graph
+    from perfsuite.draft import DraftHead, DraftLoop, GraphCache, HeadConfig, LoopConfig
+
+    default = torch.cuda.default_stream()
+    logits = torch.randn(2, 100, device="cuda")
+    invalidated = pytest.raises(RuntimeError, match="previous error during capture")
+    with invalidated, torch.cuda.graph(torch.cuda.CUDAGraph()):
+        _syncs(logits, 1)
+    assert torch.cuda.current_stream() is not default  # what the routines must undo
+    torch.cuda.set_stream(default)
+
+    with pytest.raises(paths.GraphCaptureError, match=r"graph capture failed: CaptureViolation: .*\.item"):
+        paths.prepare("graph", _syncs, logits, 1)
+    assert torch.cuda.current_stream() is default, "paths.GraphCall"
+
+    loop = DraftLoop(DraftHead(HeadConfig(512, 128, "float32"), gpu), _syncs, LoopConfig(2, 2, 4))
+    with pytest.raises(paths.GraphCaptureError, match=r"draft graph capture failed \(batch 2\): Capture"):
+        GraphCache(gpu).get(loop, 2, "sync")
+    assert torch.cuda.current_stream() is default, "draft.graph.DraftGraph"
+
+    syncing = dataclasses.replace(variants.get("identity"), name="syncs", select=_syncs)
+    verdict = conformance_graph.replay_verdict(syncing, logits, 1)
+    assert (verdict.finding, torch.cuda.current_stream()) == ("host_sync", default), "conformance.graph"
+    assert "not permitted when stream is capturing" in verdict.detail
 
 
 @pytest.mark.parametrize("name", ["identity", "triton_split"])

@@ -14,12 +14,13 @@ from collections.abc import Iterator
 
 import torch
 
-from perfsuite import edge_cases, simulated_gpu
+from perfsuite import edge_cases, paths, simulated_gpu
 from perfsuite.conformance import judge as judging
 from perfsuite.device import synchronize
 from perfsuite.variants.base import Variant
 
 SYNC_WORDS = ("synchroniz", "capturing", "capture")
+"""Words of the errors CUDA and torch raise for a host sync (or a pageable upload) during capture."""
 
 
 @contextlib.contextmanager
@@ -36,13 +37,17 @@ def _sync_is_error() -> Iterator[None]:
         torch.cuda.set_sync_debug_mode(before)
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
-
-
 def _same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> bool:
     return torch.equal(a[1], b[1]) and torch.allclose(a[0], b[0], rtol=0, atol=0, equal_nan=True)
+
+
+def capture_failure(exc: BaseException) -> judging.Verdict:
+    """The verdict on a capture that raised, from the error that broke it: "host_sync" for a host
+    synchronisation or a pageable host-to-device copy (a boolean mask, a host index), else "crash"."""
+    message = paths.first_line(paths.capture_cause(exc))
+    if any(word in message.lower() for word in SYNC_WORDS):
+        return judging.failed("host_sync", f"during capture: {message}")
+    return judging.failed("crash", f"during capture: {message}")
 
 
 def replay_verdict(variant: Variant, logits: torch.Tensor, k: int) -> judging.Verdict:
@@ -53,13 +58,10 @@ def replay_verdict(variant: Variant, logits: torch.Tensor, k: int) -> judging.Ve
         return judging.failed("crash", first)
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph), _sync_is_error():
+        with paths.capturing(graph, logits.device), _sync_is_error():
             out = variant(logits, k)
-    except Exception as exc:
-        message = _one_line(exc)
-        if any(word in message.lower() for word in SYNC_WORDS):
-            return judging.failed("host_sync", f"during capture: {message}")
-        return judging.failed("crash", f"during capture: {message}")
+    except paths.GraphCaptureError as exc:
+        return capture_failure(exc)
     graph.replay()
     synchronize(logits.device)
     replayed = (out[0].cpu(), out[1].cpu())

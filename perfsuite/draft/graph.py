@@ -4,7 +4,8 @@ As engines do: static input buffers (accepted tokens, target hidden states) and 
 allocated outside the graph; a replay copies a cycle's inputs in, replays, and hands out copies of the
 outputs. Graphs live in a small cache keyed by batch size and loop configuration; they share one graph
 memory pool (only intermediates live in it, so replay order does not matter) and the least recently used
-graph is dropped beyond `max_graphs`. A failed capture raises `paths.GraphCaptureError` naming the case.
+graph is dropped beyond `max_graphs`. A failed capture raises `paths.GraphCaptureError` naming the case
+(`paths.capturing`: the process is left on the stream it was on).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from perfsuite.device import GRAPH_UNROLL_CAP
 from perfsuite.draft.loop import DraftLoop, DraftTree
-from perfsuite.paths import GraphCaptureError
+from perfsuite.paths import GraphCaptureError, capturing, first_line, warm_up
 
 DEFAULT_MAX_GRAPHS = 8
 WARMUP_CYCLES = 3
@@ -44,29 +45,21 @@ class DraftGraph:
         self.batch, self.device = batch, device
         self.tokens = torch.zeros((batch, length), dtype=torch.int64, device=device)
         self.hidden = torch.zeros((batch, length, head.hidden), dtype=head.dtype, device=device)
-        what = label or f"batch {batch}"
+        what = f"draft graph capture failed ({label or f'batch {batch}'})"
         try:
             self.outputs = self._warm_up(loop)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, pool=pool):
-                result = loop.cycle_tuple(self.tokens, self.hidden)
-                for static, value in zip(self.outputs, result, strict=True):
-                    static.copy_(value)
-        except Exception as exc:  # capture errors come from many layers (torch, driver, Triton)
-            raise GraphCaptureError(
-                f"draft graph capture failed ({what}): {type(exc).__name__}: {exc}".strip()
-            ) from exc
+        except Exception as exc:  # the warm-up runs what the capture will: its errors are the capture's
+            raise GraphCaptureError(f"{what}: {first_line(exc)}", exc) from exc
+        self.graph = torch.cuda.CUDAGraph()
+        with capturing(self.graph, device, pool=pool, what=what):
+            result = loop.cycle_tuple(self.tokens, self.hidden)
+            for static, value in zip(self.outputs, result, strict=True):
+                static.copy_(value)
 
     def _warm_up(self, loop: DraftLoop) -> tuple[torch.Tensor, ...]:
         """Run a few cycles on a side stream (library handles, Triton compilation), then allocate the
         static outputs outside the graph pool."""
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(WARMUP_CYCLES):
-                result = loop.cycle_tuple(self.tokens, self.hidden)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        torch.cuda.synchronize(self.device)
+        result = warm_up(lambda: loop.cycle_tuple(self.tokens, self.hidden), self.device, WARMUP_CYCLES)
         return tuple(torch.empty_like(t) for t in result)
 
     def load(self, tokens: torch.Tensor, hidden: torch.Tensor) -> None:

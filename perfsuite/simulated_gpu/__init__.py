@@ -99,6 +99,7 @@ def _patch_torch_cuda(inst: _Installed) -> None:
         "stream": runtime.stream,
         "current_stream": runtime.current_stream,
         "default_stream": runtime.default_stream,
+        "set_stream": runtime.set_stream,
         "device": runtime.device,
         "memory_allocated": runtime.memory_allocated,
         "max_memory_allocated": runtime.max_memory_allocated,

@@ -8,7 +8,10 @@ never re-runs the Python around the ops: code that swaps in a new input tensor a
 stale answer it would get on the device. As on a GPU, the capture itself computes nothing that lasts: memory
 it wrote gets its old contents back, memory it allocated holds garbage until the first replay, so code
 that reads a graph's outputs before replaying it reads NaN here. Host synchronisation during capture raises
-(see `tensors.DevicePlacement`).
+(see `tensors.DevicePlacement`, and `tensors.capture_hazard` for the aten ops whose output size depends on
+device data and for indices on the host), and invalidates the capture: as on CUDA, ending it raises
+`runtime.CaptureInvalidated`, so `torch.cuda.graph` leaves the process on its side stream. Ending a failed
+capture leaves nothing of it behind (the next capture starts clean).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perfsuite.simulated_gpu import runtime
-from perfsuite.simulated_gpu.tensors import ALLOCATIONS
+from perfsuite.simulated_gpu.tensors import ALLOCATIONS, capture_hazard
 
 _pool_ids = itertools.count(1)
 
@@ -59,8 +62,9 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if runtime.state().suspended:
             return func(*args, **kwargs)
-        if func is torch.ops.aten._local_scalar_dense.default:
-            runtime.check_not_capturing("a device scalar read on the host (.item())")
+        hazard = capture_hazard(func, args, kwargs, self.born)
+        if hazard:
+            runtime.check_not_capturing(hazard)
         schema = getattr(func, "_schema", None)
         if schema is not None:
             written = [a for a, s in zip(args, schema.arguments, strict=False) if _writes(s)]
@@ -162,6 +166,12 @@ class CUDAGraph:
         st = runtime.state()
         if st.capture is not None:
             raise RuntimeError("a graph capture is already in progress (simulated GPU)")
+        if st.stream is runtime.DEFAULT_STREAM:
+            raise RuntimeError(
+                "CUDA graphs must be captured on a non-default stream. (However, after capture, it's ok "
+                "to replay them on the default stream.) (simulated GPU)"
+            )
+        st.invalidated = ""
         self.pool_id = pool if isinstance(pool, int) else next(_pool_ids)
         self.recorder = Recorder()
         st.capture = self.recorder
@@ -169,12 +179,22 @@ class CUDAGraph:
         st.log.append(("capture_begin", self.pool_id))
 
     def capture_end(self) -> None:
+        """End the capture; `runtime.CaptureInvalidated` (and no graph) when an error invalidated it.
+        Either way the capture is over: its dispatch mode is off and the memory it wrote restored."""
         st = runtime.state()
         assert self.recorder is not None, "capture_end without capture_begin"
-        self.recorder.__exit__(None, None, None)
+        recorder, self.recorder = self.recorder, None
         st.capture = None
-        self.recorder.finish()
-        self.nodes, self.recorder = self.recorder.nodes, None
+        try:
+            recorder.__exit__(None, None, None)
+        finally:
+            recorder.finish()
+        first, st.invalidated = st.invalidated, ""
+        if first:
+            self.reset()
+            st.log.append(("capture_failed", first))
+            raise runtime.CaptureInvalidated(first)
+        self.nodes = recorder.nodes
         st.log.append(("capture_end", len(self.nodes)))
 
     def replay(self) -> None:
@@ -209,7 +229,12 @@ def graph_pool_handle() -> int:
 
 
 class graph:
-    """`with torch.cuda.graph(g, pool=..., stream=...)`: capture the block into `g`."""
+    """`with torch.cuda.graph(g, pool=..., stream=...)`: capture the block into `g` on a side stream.
+
+    As torch's: `__exit__` ends the capture first and restores the stream after, so when ending raises
+    (an error invalidated the capture) the side stream stays the current stream."""
+
+    default_capture_stream: runtime.Stream | None = None
 
     def __init__(
         self,
@@ -218,13 +243,19 @@ class graph:
         stream: object = None,
         capture_error_mode: str = "global",
     ):
+        if stream is None and graph.default_capture_stream is None:
+            graph.default_capture_stream = runtime.Stream()
         self.cuda_graph, self.pool = cuda_graph, pool
+        self.capture_stream = stream if stream is not None else graph.default_capture_stream
+        self.stream_ctx = runtime.stream(self.capture_stream)
 
     def __enter__(self) -> None:
         runtime.synchronize()
+        self.stream_ctx.__enter__()
         self.cuda_graph.capture_begin(self.pool)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.cuda_graph.capture_end()
+        self.stream_ctx.__exit__(exc_type, exc, tb)
         if exc_type is not None:
-            self.cuda_graph.reset()  # an invalidated capture cannot be replayed
+            self.cuda_graph.reset()  # a capture cut short is not replayed here

@@ -4,7 +4,9 @@ memory statistics and NVTX ranges, as stand-ins for the `torch.cuda` functions o
 Work runs on the CPU, synchronously, so an event records the host clock when it is recorded and
 `elapsed_time` is host time. What real capture forbids (a host synchronisation while a graph is being
 captured) raises `CaptureViolation` here, as CUDA raises its "operation not permitted when stream is
-capturing" error there.
+capturing" error there; the capture is then invalidated, and ending it raises `CaptureInvalidated`, as
+`cudaStreamEndCapture` does. Streams are objects with a current one, set and restored as
+`torch.cuda.stream` and `torch.cuda.set_stream` do (a failed `torch.cuda.graph` leaves its side stream on).
 """
 
 from __future__ import annotations
@@ -32,6 +34,17 @@ class CaptureViolation(RuntimeError):
         )
 
 
+class CaptureInvalidated(RuntimeError):
+    """What `cudaStreamEndCapture` raises after an error invalidated the capture (its cause is the
+    exception's `__context__` when raised while that error propagates)."""
+
+    def __init__(self, first: str):
+        super().__init__(
+            "CUDA error: operation failed due to a previous error during capture "
+            f"(simulated GPU; the first: {first})"
+        )
+
+
 @dataclass
 class State:
     """Everything the simulated device knows while it is installed."""
@@ -47,6 +60,8 @@ class State:
     kernels: int = 0  # device kernels run: aten ops that compute (not views) and Triton launches
     launches: int = 0  # host launch calls: one per eager kernel, one per graph replay
     replaying: int = 0  # > 0 while a graph replays its kernels
+    invalidated: str = ""  # what invalidated the capture in progress ("" while it is valid)
+    stream: Stream = field(default_factory=lambda: DEFAULT_STREAM)  # the current stream
 
     @property
     def capturing(self) -> bool:
@@ -63,8 +78,10 @@ def state() -> State:
 
 
 def check_not_capturing(what: str) -> None:
-    """Raise as CUDA does when `what` (a host synchronisation) happens during a capture."""
+    """Raise as CUDA does when `what` (a host synchronisation) happens during a capture, which it
+    invalidates (ending it raises `CaptureInvalidated`, even when the caller swallowed this error)."""
     if STATE is not None and STATE.capturing:
+        STATE.invalidated = STATE.invalidated or what
         raise CaptureViolation(what)
 
 
@@ -212,25 +229,36 @@ class Stream:
 
 
 DEFAULT_STREAM = Stream()
-_current: list[Stream] = [DEFAULT_STREAM]
 
 
 def current_stream(device: object = None) -> Stream:
-    return _current[-1]
+    return state().stream if STATE is not None else DEFAULT_STREAM
 
 
 def default_stream(device: object = None) -> Stream:
     return DEFAULT_STREAM
 
 
-@contextlib.contextmanager
-def stream(s: Stream | None) -> Iterator[None]:
-    """`torch.cuda.stream(s)`: make `s` the current stream inside the block."""
-    _current.append(s or current_stream())
-    try:
-        yield
-    finally:
-        _current.pop()
+def set_stream(s: Stream | None) -> None:
+    """`torch.cuda.set_stream(s)`: make `s` the current stream (None: no change, as torch does)."""
+    if s is not None:
+        state().stream = s
+
+
+class stream:
+    """`torch.cuda.stream(s)`: `s` is the current stream inside the block; leaving it restores the one
+    before (as `torch.cuda.StreamContext`: a context that is never left leaves `s` on)."""
+
+    def __init__(self, s: Stream | None):
+        self.s = s
+        self.before: Stream | None = None
+
+    def __enter__(self) -> None:
+        self.before = current_stream()
+        set_stream(self.s)
+
+    def __exit__(self, *exc: object) -> None:
+        set_stream(self.before)
 
 
 class device:

@@ -5,6 +5,10 @@ tensors that are on the simulated device, so `.device`, `.is_cuda` and `.get_dev
 tensor would, `.cpu()` makes a host copy and `.to("cuda")` a device copy. It refuses what a GPU refuses:
 a host tensor mixed into a device op, and, during a graph capture, any host synchronisation
 (`.item()`, `.tolist()`, `bool(t)`, `.cpu()`, `nonzero`, ...) or pageable host-to-device copy.
+`capture_hazard` finds the same at the aten level, whatever Python called: ops whose output size depends
+on device data (`nonzero`, `masked_select`, `unique`, boolean-mask indexing `x[x > 0]`, one-argument
+`torch.where`, ...) and indices on the host (`x[torch.tensor([0, 2])]`, `x[[0, 2]]`), which CUDA copies
+to the device first.
 `DeviceWork` (a torch dispatch mode) counts the kernels ops run and every new storage they create, the
 simulated allocator's statistics (`memory_allocated`, `max_memory_allocated`).
 """
@@ -157,6 +161,82 @@ class DevicePlacement(TorchFunctionMode):
                 f"Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
                 f"and cpu! ({_name(func)}; simulated GPU)"
             )
+
+
+_aten = torch.ops.aten
+DATA_DEPENDENT = {
+    _aten.nonzero.default,
+    _aten.masked_select.default,
+    _aten._unique.default,
+    _aten._unique2.default,
+    _aten.unique_dim.default,
+    _aten.unique_consecutive.default,
+    _aten.unique_dim_consecutive.default,
+    _aten.bincount.default,
+}
+"""Aten ops whose output size depends on device data: CUDA reads the size back to the host (a sync)."""
+INDEXING = {
+    _aten.index.Tensor,
+    _aten.index_put.default,
+    _aten.index_put_.default,
+    _aten._index_put_impl_.default,
+}
+"""Advanced indexing: a list of index tensors as the second argument."""
+MASKS = (torch.bool, torch.uint8)
+
+
+def capture_hazard(func: object, args: tuple, kwargs: dict, born: dict[int, torch.Tensor]) -> str:
+    """What in the aten op `func(*args, **kwargs)` CUDA refuses during a capture ("" for nothing): a
+    host read of device data, or a copy of host memory to the device. `born`: the storages allocated in
+    the capture. A tensor no torch function made (indexing makes its views and index tensors in C++) is
+    where its base is; one with no base is on the device when the capture allocated it (the index tensor
+    of `x[True]`), on the host when it did not (a Python list index, made before the capture saw it)."""
+
+    def device(value: object) -> bool:
+        if not isinstance(value, torch.Tensor):
+            return False
+        placed = getattr(value, MARK, None)
+        if placed is None:
+            with torch._C.DisableTorchFunction():
+                base = value._base
+            placed = getattr(base, MARK, None) if base is not None else None
+        return placed if placed is not None else value.untyped_storage().data_ptr() in born
+
+    name = getattr(func, "__name__", str(func))
+    if not args or not device(args[0]):
+        return ""
+    if func is _aten._local_scalar_dense.default:
+        return "a device scalar read on the host (.item())"
+    if func in DATA_DEPENDENT:
+        return f"aten.{name}: its output size depends on device data, which the host must read (a host sync)"
+    if func is _aten.repeat_interleave.Tensor and kwargs.get("output_size") is None:
+        return "aten.repeat_interleave without output_size: its output size depends on device data (a sync)"
+    if func not in INDEXING or len(args) < 2:
+        return ""
+    indices = [i for i in args[1] if isinstance(i, torch.Tensor)]
+    host = [i for i in indices if not device(i)]
+    if host:
+        return (
+            f"aten.{name} with an index on the host (a host tensor or a Python list): CUDA copies it from "
+            "pageable host memory to the device"
+        )
+    masks = [i for i in indices if i.dtype in MASKS]
+    value = args[2] if len(args) > 2 else kwargs.get("values")
+    accumulate = (args[3] if len(args) > 3 else kwargs.get("accumulate")) or False
+    fill = (  # `x[mask] = scalar`: CUDA runs masked_fill_, no sync
+        func is not _aten.index.Tensor
+        and len(indices) == 1
+        and not accumulate
+        and isinstance(value, torch.Tensor)
+        and value.numel() == 1
+        and not device(value)
+    )
+    if masks and not fill:
+        return (
+            f"aten.{name} with a boolean mask (x[mask]): CUDA turns the mask into indices with nonzero, "
+            "whose output size the host must read (a host sync)"
+        )
+    return ""
 
 
 def graphs_replaying() -> bool:

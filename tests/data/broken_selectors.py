@@ -83,6 +83,26 @@ def syncs_on_host(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Ten
     return _softmax_at(logits, index), index
 
 
+@selector(accuracy="exact")
+def masks_nan_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact, but cleans the rows holding a NaN through a boolean mask, `x[bad]`: the mask becomes indices
+    with nonzero, whose size the host reads (a sync: no graph capture)."""
+    x = logits.clone()
+    bad = torch.isnan(x).any(dim=-1)
+    x[bad] = x[bad].nan_to_num(nan=float("-inf"))
+    index = _top(x, k)
+    return _softmax_at(x, index), index
+
+
+@selector(accuracy="exact")
+def host_row_index(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact, but picks the rows to sample with row ids built on the host, `logits[torch.arange(B)]`: the
+    index is copied from pageable host memory to the device (no graph capture)."""
+    rows = logits[torch.arange(logits.shape[0])]
+    index = _top(rows, k)
+    return _softmax_at(rows, index), index
+
+
 _STAGED: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
 """id(logits) -> (the logits, their version when staged, the staged copy)."""
 
