@@ -6,13 +6,17 @@ launched inside that range are counted. A subprocess per case keeps the tool's s
 serialization and replay) away from the timed sweep and lets the tool own the process from its start.
 
 - NVIDIA: `ncu --nvtx --nvtx-include perfsuite.<variant>.<path>/ --metrics dram__bytes_read.sum,
-  dram__bytes_write.sum --replay-mode kernel --cache-control all|none --export X.ncu-rep`, then
+  dram__bytes_write.sum --replay-mode kernel --cache-control none --export X.ncu-rep`, then
   `ncu --import X.ncu-rep --csv --page raw --print-units base`. Kernel replay works for every path (graph
   replays are profiled node by node, allocations and syncs inside the range are allowed, unlike range
-  replay) and gives a row per kernel. With a cold-L2 case every kernel is measured from a flushed cache,
-  which is the bytes model's convention (every pass from HBM); `--cache-control none` for a hot case.
+  replay) and gives a row per kernel. ncu never flushes the cache itself: a cold case's call starts after
+  perfsuite's read-only flush (outside the range), and its kernels see what the previous ones left in the
+  cache, as in the timed run and as the cache-aware bytes model assumes (`bytes_model`).
 - AMD: `rocprofv3 --pmc FETCH_SIZE WRITE_SIZE --selected-regions --output-format csv`, the call wrapped in
   roctxProfilerResume / roctxProfilerPause; counter_collection.csv has a row per dispatch and counter, in KiB.
+  These count the L2's traffic to the fabric, which the MI300 series' Infinity Cache may still serve: where
+  `bytes_measured_vs_model` (the model with the 256 MiB Infinity Cache) is off, read
+  `bytes_measured_vs_uncached` beside it (to be settled on the first MI300X run).
 
 Where the tool, the counters (permissions) or a GPU are missing, the case keeps NaN in the byte columns and
 the `counters` column says why.
@@ -47,6 +51,7 @@ MEASURED_COLUMNS = (
     "bytes_read_measured",
     "bytes_write_measured",
     "bytes_measured_vs_model",
+    "bytes_measured_vs_uncached",
 )
 EXIT_SKIPPED = 3
 """Exit status of `perfsuite call` for a case that cannot run here."""
@@ -178,16 +183,20 @@ def parse_rocprof_csv(text: str) -> Measured:
 # ------------------------------------------------------------------------------------------ the row
 
 
-def row_values(measured: Measured | None, bytes_model: float, note: str) -> dict[str, object]:
-    """The counter columns of a result row (NaN bytes and the reason in `note` when not measured)."""
+def row_values(
+    measured: Measured | None, bytes_model: float, note: str, bytes_uncached: float | None = None
+) -> dict[str, object]:
+    """The counter columns of a result row (NaN bytes and the reason in `note` when not measured): the
+    measured bytes over the cache-aware model (`bytes_model`) and over every pass from HBM."""
     if measured is None:
         return {**dict.fromkeys(MEASURED_COLUMNS, math.nan), "counters": note}
-    ratio = measured.total / bytes_model if bytes_model else math.nan
+    uncached = bytes_model if bytes_uncached is None else bytes_uncached
     return {
         "bytes_measured": measured.total,
         "bytes_read_measured": measured.read,
         "bytes_write_measured": measured.write,
-        "bytes_measured_vs_model": ratio,
+        "bytes_measured_vs_model": measured.total / bytes_model if bytes_model else math.nan,
+        "bytes_measured_vs_uncached": measured.total / uncached if uncached else math.nan,
         "counters": note,
     }
 
@@ -234,8 +243,9 @@ def find_tool(backend: str) -> Tool:
 
 
 def ncu_command(tool: Tool, case: Case, child: list[str], report: Path) -> list[str]:
-    """Profile the kernels of the case's NVTX range (each from a flushed cache when the case is cold), at the
-    clocks the GPU runs at (not ncu's default of locking them at base)."""
+    """Profile the kernels of the case's NVTX range with the cache as the call leaves it between kernels
+    (a cold call starts after perfsuite's flush, outside the range), at the clocks the GPU runs at (not
+    ncu's default of locking them at base)."""
     from perfsuite.profiling import range_name
 
     return [
@@ -249,8 +259,8 @@ def ncu_command(tool: Tool, case: Case, child: list[str], report: Path) -> list[
         ",".join(NCU_METRICS),
         "--replay-mode",
         "kernel",
-        "--cache-control",
-        "all" if case.timing.l2 == "cold" else "none",
+        "--cache-control",  # ncu's "all" would flush before every kernel: temporaries that stay in the
+        "none",  # cache between kernels would be counted as HBM traffic
         "--clock-control",  # ncu locks clocks at base by default: bytes do not care, but the kernel
         "none",  # then runs as it does in the timed sweep
         "--export",
@@ -329,7 +339,8 @@ class CounterCollector:
         from perfsuite import inputs, variants
 
         dtype = inputs.dtype_of(case.dtype)
-        model = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype).total
+        traffic = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype)
+        model = traffic.hbm(self.info.model_cache_bytes)
         tool = self.tool
         if isinstance(tool, CountersError):
             return row_values(None, model, f"skipped: {tool}")
@@ -339,7 +350,7 @@ class CounterCollector:
             return row_values(None, model, f"skipped: {exc}")
         except Exception as exc:  # a counter run must never stop the sweep
             return row_values(None, model, f"error: {type(exc).__name__}: {exc}"[:300])
-        return row_values(measured, model, note)
+        return row_values(measured, model, note, traffic.total)
 
     def _call(self, command: list[str]) -> subprocess.CompletedProcess:
         try:
@@ -367,8 +378,8 @@ class CounterCollector:
             text = self._call(ncu_import_command(tool, report)).stdout
             (folder / "counters.csv").write_text(text, encoding="utf-8")
             measured = parse_ncu_csv(text)
-            cache = "cache flushed before each kernel" if case.timing.l2 == "cold" else "no cache control"
-            note = f"ncu{version} kernel replay, {cache}: {measured.kernels} kernels"
+            cache = "after perfsuite's flush" if case.timing.l2 == "cold" else "hot"
+            note = f"ncu{version} kernel replay, no cache control ({cache}): {measured.kernels} kernels"
         else:
             for old in folder.rglob("*counter_collection.csv"):
                 old.unlink()

@@ -56,8 +56,10 @@ AMD_ARCH_PEAK_GBPS: dict[str, float] = {
     "gfx90a": 3277.0,
     "gfx908": 1229.0,
 }
-# Last-level caches that a cold-L2 flush has to evict (MI300 series: 256 MB Infinity Cache).
+# Last-level caches beyond the L2 torch reports (MI300 series: 256 MiB Infinity Cache in front of HBM).
 AMD_ARCH_LLC_BYTES: dict[str, int] = {"gfx950": 256 << 20, "gfx942": 256 << 20}
+MIN_FLUSH_CACHE_BYTES = 64 << 20
+"""The least cache a GPU's cold-cache flush evicts (twice this is read), whatever L2 size it reports."""
 
 GRAPH_UNROLL_CAP = {"cuda": 64, "rocm": 8, "cpu": 1}
 """Most calls captured into one graph: long unrolled HIP graphs have crashed on ROCm."""
@@ -72,13 +74,21 @@ class DeviceInfo:
     name: str
     runtime: str  # "CUDA 12.8", "HIP 6.4", or "cpu"
     peak_gbps: float | None  # datasheet HBM bandwidth; None where unknown (CPUs)
-    cache_bytes: int  # last-level cache a cold-cache flush must evict
+    cache_bytes: int  # cache a cold-cache flush must evict: the LLC, at least 64 MiB on a GPU
     arch: str = ""
     simulated: bool = False  # a simulated GPU (perfsuite.simulated_gpu): host times, not GPU figures
+    llc_bytes: int = 0  # last-level cache as the device reports it (L2, MI300: Infinity Cache); 0 unknown
 
     @property
     def is_gpu(self) -> bool:
         return self.backend in ("cuda", "rocm")
+
+    @property
+    def model_cache_bytes(self) -> int:
+        """The cache the bytes model lets a call's tensors stay in between its kernels: a GPU's last-level
+        cache; 0 on a CPU (its L3 is shared with every core and process: every pass from DRAM, as before
+        the model was cache-aware) and on a simulated GPU (host times on the host's caches, like a CPU's)."""
+        return self.llc_bytes if self.is_gpu and not self.simulated else 0
 
     @property
     def graph_unroll_cap(self) -> int:
@@ -139,16 +149,20 @@ def detect(spec: str = "auto") -> DeviceInfo:
     override = os.environ.get("PERFSUITE_PEAK_GBPS")
     if backend == "cpu":
         peak = float(override) if override else None
-        return DeviceInfo("cpu", "cpu", _cpu_name(), "cpu", peak, _cpu_cache_bytes())
+        llc = _cpu_cache_bytes()
+        return DeviceInfo("cpu", "cpu", _cpu_name(), "cpu", peak, llc, llc_bytes=llc)
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
     arch = getattr(props, "gcnArchName", "") if backend == "rocm" else f"sm_{props.major}{props.minor}"
     runtime = f"HIP {torch.version.hip}" if backend == "rocm" else f"CUDA {torch.version.cuda}"
-    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
-    cache_bytes = max(l2, AMD_ARCH_LLC_BYTES.get(arch.split(":")[0], 0), 64 << 20)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)  # H100: 50 MiB; the project's H200: 60 MiB
+    llc = max(l2, AMD_ARCH_LLC_BYTES.get(arch.split(":")[0], 0))
+    cache_bytes = max(llc, MIN_FLUSH_CACHE_BYTES)
     peak = float(override) if override else lookup_peak_gbps(props.name, arch)
     simulated = simulated_gpu.active() is not None
-    return DeviceInfo(backend, f"cuda:{index}", props.name, runtime, peak, cache_bytes, arch, simulated)
+    return DeviceInfo(
+        backend, f"cuda:{index}", props.name, runtime, peak, cache_bytes, arch, simulated, llc_bytes=llc
+    )
 
 
 def synchronize(device: torch.device | str) -> None:

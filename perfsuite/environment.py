@@ -1,10 +1,13 @@
 """Where and with what a run was measured: the facts every row of it carries (device, runtime, driver,
-torch and triton versions, the perfsuite commit, the measured copy bandwidth)."""
+torch and triton versions, the perfsuite commit, the measured copy bandwidth and the clocks it ran at,
+the cache the bytes model assumes)."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import subprocess
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -104,6 +107,32 @@ def gpu_state(info: DeviceInfo) -> dict[str, object]:
     return out
 
 
+def _mhz(state: dict[str, object], key: str) -> float:
+    """A clock of `gpu_state` as a number (NaN where it was not read or is not a number)."""
+    found = re.match(r"\s*(\d+(?:\.\d+)?)", str(state.get(key, "")))  # "1980", amdgpu's "2100Mhz"
+    return float(found.group(1)) if found else float("nan")
+
+
+@cache
+def copy_measurement(info: DeviceInfo) -> memory.CopyBandwidth:
+    """The device's copy bandwidth, once per process: on a GPU after about 0.2 s of copies, with the
+    clocks read by `gpu_state` while those copies ran (none on a CPU or a simulated GPU)."""
+    probe = (lambda: gpu_state(info)) if info.is_gpu and not info.simulated else None
+    return memory.copy_bandwidth(info.device, probe=probe)
+
+
+def copy_columns(info: DeviceInfo) -> dict[str, object]:
+    """copy_gbps and the state it was measured in: the SM and memory clocks (MHz) under the copies, and
+    the seconds of warm-up copies before them."""
+    copy = copy_measurement(info)
+    return {
+        "copy_gbps": copy.gbps,
+        "copy_sm_mhz": _mhz(copy.during, "sm_mhz"),
+        "copy_mem_mhz": _mhz(copy.during, "mem_mhz"),
+        "copy_warmup_s": copy.warmup_s,
+    }
+
+
 def _read_lines(path: Path) -> list[str]:
     try:
         return path.read_text().strip().splitlines()
@@ -126,7 +155,8 @@ def environment(info: DeviceInfo, scenario: str, *, run: str = "", settings: str
         "runtime": info.runtime,
         "driver": driver_version(info),
         "peak_gbps": info.peak_gbps if info.peak_gbps else float("nan"),
-        "copy_gbps": memory.copy_gbps(info.device),
+        **copy_columns(info),
+        "model_cache_bytes": info.model_cache_bytes,
         "torch": torch.__version__,
         "triton": package_version("triton"),
         "git_sha": git_sha(),

@@ -141,4 +141,7 @@ class KernelCaseRunner:
         dtype = inputs.dtype_of(case.dtype)
         traffic = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype)
         ideal = variants.ideal_traffic(case.batch, case.vocab, case.topk, dtype)
-        return figures(samples, traffic, ideal, peak_temp, self.info.peak_gbps, self.env["copy_gbps"])
+        copy = self.env["copy_gbps"]
+        return figures(
+            samples, traffic, ideal, peak_temp, self.info.peak_gbps, copy, self.info.model_cache_bytes
+        )

@@ -42,19 +42,31 @@ RESULT_COLUMNS: dict[str, str] = {
     "speedup_p20": "20th percentile of the per-round ratios (paired only)",
     "speedup_p80": "80th percentile of the per-round ratios (paired only)",
     "speedup_method": "paired (sampled in turn with the baseline) | medians (ratio of separate medians)",
-    "bytes_model": "HBM bytes the variant moves by its model (every pass and temporary)",
+    "bytes_model": (
+        "HBM bytes the variant moves by its cache-aware model: a tensor re-read or a temporary that stays in "
+        "the last-level cache between kernels (model_cache_bytes) is cache traffic (docs/measuring.md)"
+    ),
+    "bytes_model_uncached": "... every pass and temporary from HBM (bytes_model before it was cache-aware)",
+    "model_cache_bytes": (
+        "cache the bytes model lets tensors stay in: GPU L2, MI300 Infinity Cache; 0: CPU, simulated GPU"
+    ),
     "bytes_ideal": "unavoidable bytes: read logits once, write [B, k] outputs",
     "bytes_measured": "HBM bytes one call moved by hardware counters, read + write (`run --counters`)",
     "bytes_read_measured": "... read (ncu dram__bytes_read.sum; rocprofv3 FETCH_SIZE)",
     "bytes_write_measured": "... written (ncu dram__bytes_write.sum; rocprofv3 WRITE_SIZE)",
     "bytes_measured_vs_model": "bytes_measured / bytes_model; over 20 % apart (outside 0.8-1.2) is flagged",
+    "bytes_measured_vs_uncached": "bytes_measured / bytes_model_uncached (every pass from HBM), beside it",
     "counters": "how bytes_measured was measured (tool, replay, kernels), or why it was not",
     "gbps": "bytes_model / median time, GB/s",
     "gbps_ideal": "bytes_ideal / median time, GB/s (comparable across variants)",
     "peak_gbps": "datasheet bandwidth of the device, GB/s",
-    "copy_gbps": "measured device-to-device copy bandwidth (read + write), GB/s",
+    "copy_gbps": "measured device-to-device copy bandwidth (read + write), GB/s; GPU: after ~0.2 s of copies",
+    "copy_sm_mhz": "SM clock while the copy warm-up ran, MHz (nvidia-smi, amdgpu sysfs; NaN: CPU, simulated)",
+    "copy_mem_mhz": "memory clock while the copy warm-up ran, MHz (NaN where not readable)",
+    "copy_warmup_s": "seconds of copies run before copy_gbps was timed (0: none, CPU and simulated GPU)",
     "pct_peak": "gbps as a percent of peak_gbps",
     "pct_copy": "gbps as a percent of copy_gbps",
+    "above_copy": "gbps above copy_gbps: the model counts bytes the device did not move, or copy_gbps is low",
     "peak_temp_bytes": "peak memory the call allocates beyond its input (measured; graph: the captured ops)",
     "model_temp_bytes": "largest temporary by the variant's model",
     "verdict": "parity against float64: pass | inexact | fail | n/a",

@@ -5,7 +5,10 @@
   spins while the host queues the call, so its launches queue up behind the spin and the figure is the
   device time from its first kernel to its last, as in an engine whose CPU runs ahead.
 - GPU graph: `unroll` copies of the call captured into one graph (each copy after a flush when cold);
-  a replay's time, minus a flush-only graph's replay, divided by `unroll` (tritonbench's method).
+  a replay's time, minus the median replay of a flush-only graph over the same rounds, divided by
+  `unroll` (tritonbench's method, with a robust estimate of the flush's share).
+- Cold cache: before each sample a buffer of twice the last-level cache is read (`cache_flusher`), a
+  read-only pass that leaves no dirty line for the timed call to write back (docs/measuring.md).
 Figures are medians with p20/p80 over many samples, after warm-up. The variants of one shape are sampled
 in turn (A B C, B C A, ...), so each speedup is a median of ratios of samples taken in the same seconds of
 machine time (`paired_ratio`); a case whose samples spread wider than `UNSTABLE_SPREAD` is flagged.
@@ -113,8 +116,10 @@ def paired_ratio(numerator: Samples, denominator: Samples) -> Ratio:
 
 
 @cache
-def _flush_buffer(device: str, nbytes: int) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.int8, device=device)
+def _flush_buffer(device: str, nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The zeroed fp32 buffer a flush reads and the scalar its sum lands in (no allocation per flush)."""
+    buffer = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
+    return buffer, torch.zeros((), dtype=torch.float32, device=device)
 
 
 SIMULATED_FLUSH_BYTES = 4 << 20
@@ -122,20 +127,33 @@ SIMULATED_FLUSH_BYTES = 4 << 20
 
 
 def flush_bytes(info: DeviceInfo) -> int:
-    """Bytes written to evict the last-level cache: twice its size, at least 256 MiB on GPUs."""
+    """Bytes read to evict the last-level cache: twice `cache_bytes` (H200: 128 MiB, MI300X: 512 MiB)."""
     if info.simulated:
         return SIMULATED_FLUSH_BYTES
-    return max(2 * info.cache_bytes, (256 << 20) if info.is_gpu else 0)
+    return 2 * info.cache_bytes
+
+
+@dataclass(frozen=True)
+class CacheFlush:
+    """Evicts the device's cache by reading a buffer twice its size (a sum into a preallocated scalar):
+    a read-only pass, so no dirty line is left for the timed call to write back, unlike `zero_()` (which
+    leaves the cache full of modified lines of the buffer). Graph-capturable; one reduction kernel."""
+
+    buffer: torch.Tensor
+    out: torch.Tensor
+
+    def __call__(self) -> None:
+        torch.sum(self.buffer, dim=0, out=self.out)
 
 
 def cache_flusher(info: DeviceInfo) -> Callable[[], None]:
-    """A call that evicts the device's cache by overwriting a buffer larger than it."""
-    buffer = _flush_buffer(info.device, flush_bytes(info))
-    return buffer.zero_
+    """A call that evicts the device's cache with a read-only pass over a buffer larger than it."""
+    return CacheFlush(*_flush_buffer(info.device, flush_bytes(info)))
 
 
 class Sampler:
-    """Times one call per `sample()`; `method` names how."""
+    """Times one call per `sample()`; `method` names how. `settle` turns the last samples into their
+    final figures once every round is in (the graph sampler's flush correction)."""
 
     method = "host perf_counter"
 
@@ -148,6 +166,10 @@ class Sampler:
         start = time.perf_counter()
         self.call()
         return time.perf_counter() - start
+
+    def settle(self, seconds: Sequence[float]) -> tuple[float, ...]:
+        """The final figures of the last `len(seconds)` samples (here: as sampled)."""
+        return tuple(seconds)
 
 
 class EventSampler(Sampler):
@@ -180,7 +202,12 @@ class EventSampler(Sampler):
 
 
 class GraphSampler(Sampler):
-    """GPU graph: replay `unroll` captured copies of the call (after a flush each, when cold)."""
+    """GPU graph: replay `unroll` captured copies of the call (after a flush each, when cold).
+
+    Cold: each sample also replays a graph of `unroll` flushes alone. A sample's own flush-only replay is
+    a noisy estimate of the flushes' share (subtracting it and clipping at 0 biases small kernels up), so
+    `sample()` subtracts the median flush-only time so far, and `settle` the median over the same rounds
+    as the samples it settles."""
 
     def __init__(self, body: Call, flush: Callable[[], None] | None, device: torch.device, unroll: int):
         def step() -> Outputs:
@@ -195,6 +222,8 @@ class GraphSampler(Sampler):
         self.graph = GraphCall(step, device, unroll)
         self.flush_graph = GraphCall(flush_only, device, unroll) if flush else None
         self.unroll, self.spin = unroll, Spin()
+        self.totals: list[float] = []  # per call: flushes + calls, one replay / unroll
+        self.flushes: list[float] = []  # per call: the flush-only replay / unroll
         self.method = f"graph replay x{unroll}"
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -207,9 +236,22 @@ class GraphSampler(Sampler):
         return self.start.elapsed_time(self.end) * 1e-3
 
     def sample(self) -> float:
-        total = self._replay_seconds(self.graph)
-        flush_only = self._replay_seconds(self.flush_graph) if self.flush_graph else 0.0
-        return max(total - flush_only, 0.0) / self.unroll
+        self.totals.append(self._replay_seconds(self.graph) / self.unroll)
+        if self.flush_graph is not None:
+            self.flushes.append(self._replay_seconds(self.flush_graph) / self.unroll)
+        return flush_corrected(self.totals[-1:], self.flushes)[0]  # the median so far
+
+    def settle(self, seconds: Sequence[float]) -> tuple[float, ...]:
+        """The last `len(seconds)` samples, each minus the median flush-only time of those rounds."""
+        if not seconds:
+            return ()
+        return flush_corrected(self.totals[-len(seconds) :], self.flushes[-len(seconds) :])
+
+
+def flush_corrected(totals: Sequence[float], flushes: Sequence[float]) -> tuple[float, ...]:
+    """`totals` minus the median of `flushes` (none: as they are), clipped at 0."""
+    flush = statistics.median(flushes) if flushes else 0.0
+    return tuple(max(total - flush, 0.0) for total in totals)
 
 
 def sampler_for(prepared: PreparedCall, info: DeviceInfo, timing: Timing) -> Sampler:
@@ -255,7 +297,14 @@ def measure_in_turn(samplers: Sequence[Sampler], timing: Timing, agree: Agree | 
         rounds.append(figures)
         enough = len(rounds) >= min(MIN_ROUNDS, timing.reps)
         if len(rounds) >= timing.reps or (enough and elapsed >= timing.max_seconds * n):
-            return [Samples(tuple(r[i] for r in rounds), s.method) for i, s in enumerate(samplers)]
+            return [Samples(settled(s, [r[i] for r in rounds]), s.method) for i, s in enumerate(samplers)]
+
+
+def settled(sampler: Sampler, seconds: Sequence[float]) -> tuple[float, ...]:
+    """The sampler's final figures of these rounds (a duck-typed sampler without `settle`, e.g. a
+    tensor-parallel rank's: as sampled)."""
+    settle = getattr(sampler, "settle", None)
+    return settle(seconds) if settle is not None else tuple(seconds)
 
 
 def measure(sampler: Sampler, timing: Timing) -> Samples:
@@ -308,6 +357,8 @@ class SampleClock:
         self.now += elapsed
 
     def samples(self, skip: int = 0) -> Samples:
-        """The recorded samples after the first `skip` (pytest-benchmark's warm-up rounds)."""
+        """The recorded samples after the first `skip` (pytest-benchmark's warm-up rounds): the durations
+        pytest-benchmark saw (graph: each minus the median flush-only time up to its round, never settled
+        afterwards, so pytest-benchmark's statistics and the row's agree)."""
         assert self.sampler is not None
         return Samples(tuple(self.seconds[skip:]), self.sampler.method)

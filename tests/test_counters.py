@@ -27,8 +27,10 @@ from perfsuite.schema import RESULT_COLUMNS as COLUMNS
 from perfsuite.schema import flagged
 
 DATA = Path(__file__).parent / "data"
-H200 = DeviceInfo("cuda", "cuda:0", "NVIDIA H200", "CUDA 12.8", 4800.0, 64 << 20, "sm_90")
-MI300X = DeviceInfo("rocm", "cuda:0", "AMD Instinct MI300X", "HIP 6.4", 5300.0, 256 << 20, "gfx942")
+H200 = DeviceInfo("cuda", "cuda:0", "NVIDIA H200", "CUDA 12.8", 4800.0, 64 << 20, "sm_90", llc_bytes=60 << 20)
+MI300X = DeviceInfo(
+    "rocm", "cuda:0", "AMD Instinct MI300X", "HIP 6.4", 5300.0, 256 << 20, "gfx942", llc_bytes=256 << 20
+)
 CPU = DeviceInfo("cpu", "cpu", "cpu-x86_64", "cpu", None, 32 << 20)
 CASE = Case("t", "full_softmax", "eager", "bfloat16", 151936, 64, 1, "gaussian")
 
@@ -99,6 +101,8 @@ def test_row_values_and_the_20_percent_flag():
 
     row = row_values(Measured(100.0, 50.0, 2), 100.0, "ncu")
     assert row["bytes_measured"] == 150 and row["bytes_measured_vs_model"] == 1.5
+    assert row["bytes_measured_vs_uncached"] == 1.5  # no uncached figure given: the model's
+    assert row_values(Measured(100.0, 50.0, 2), 100.0, "ncu", 300.0)["bytes_measured_vs_uncached"] == 0.5
     skipped = row_values(None, 100.0, "skipped: no ncu")
     assert math.isnan(skipped["bytes_measured"]) and skipped["counters"] == "skipped: no ncu"
     frame = pd.DataFrame({"bytes_measured_vs_model": [1.0, 1.19, 1.21, 0.79, math.nan, "0.5"]})
@@ -176,13 +180,21 @@ def test_ncu_collector_runs_the_case_under_ncu_in_its_nvtx_range(no_tools_on_pat
     row = collector(CASE)
     assert row["bytes_measured"] == 19_451_904 + 19_449_856 + 19_447_808 + 1_536
     assert row["bytes_read_measured"] == 19_451_904 + 19_449_856
-    assert row["bytes_measured_vs_model"] == pytest.approx(row["bytes_measured"] / _model(CASE))
-    assert row["counters"] == "ncu 2025.1.1.0 kernel replay, cache flushed before each kernel: 2 kernels"
+    # B 64 x V 151936 bf16: the probabilities (19 MB) stay in the 60 MiB L2 beside the logits, so the
+    # cache-aware model is the ideal traffic plus the upcast; the uncached one counts them twice more
+    model, uncached = _model(CASE, H200.llc_bytes), _model(CASE)
+    assert model < uncached / 2
+    assert row["bytes_measured_vs_model"] == pytest.approx(row["bytes_measured"] / model)
+    assert row["bytes_measured_vs_uncached"] == pytest.approx(row["bytes_measured"] / uncached)
+    assert (
+        row["counters"]
+        == "ncu 2025.1.1.0 kernel replay, no cache control (after perfsuite's flush): 2 kernels"
+    )
     calls = (no_tools_on_path / "calls.txt").read_text().splitlines()
     profile = next(c for c in calls if "--nvtx" in c)
     assert "--nvtx-include perfsuite.full_softmax.eager/" in profile
     assert "--metrics dram__bytes_read.sum,dram__bytes_write.sum" in profile
-    assert "--replay-mode kernel --cache-control all" in profile
+    assert "--replay-mode kernel --cache-control none" in profile  # ncu's own flush would split the call
     assert "--clock-control none" in profile  # ncu would lock the clocks at base
     assert f"-m perfsuite call scenarios/x.toml {CASE.case_id} --device cuda:0" in profile
     assert any("--import" in c and "--page raw" in c for c in calls)
@@ -229,13 +241,13 @@ def test_a_tool_that_fails_or_hangs_is_a_reason(tmp_path, monkeypatch):
         assert row["counters"] == f"skipped: {message}"
 
 
-def _model(case: Case) -> int:
+def _model(case: Case, cache_bytes: int = 0) -> int:
     from perfsuite import inputs, variants
 
     return (
         variants.get(case.variant)
         .traffic(case.batch, case.vocab, case.topk, inputs.dtype_of(case.dtype))
-        .total
+        .hbm(cache_bytes)
     )
 
 
@@ -289,6 +301,7 @@ def test_report_flags_measured_bytes_off_the_model(tmp_path):
         and 'class="loss" title="model off by &gt; 20 %">1.4<' in traffic
     )
     assert "134 MiB" in traffic  # 140e6 bytes
+    assert "<th>uncached model</th>" in traffic and "<th>measured / uncached</th>" in traffic
     summary = html[html.index('<section id="summary">') : html.index('<section id="plots">')]
     assert "Measured HBM bytes: 2 cases; 1 differ from the bytes model by more than 20 %" in summary
 

@@ -211,3 +211,14 @@ def test_tensor_parallel_rows_of_the_same_shape_are_not_pooled():
     table = summary.case_table(frame)
     assert list(table["tp"].astype(int)) == [1, 2] and list(table["fastest"]) == ["identity", "sharded_torch"]
     assert "tp" in summary.console_table(frame).splitlines()[1]
+
+
+def test_rates_above_the_measured_copy_bandwidth_are_a_warning():
+    over = to_frame(rows(64, 151936, {"full_softmax": 60.0, "identity": 40.0}, copy=130.0))
+    text = summary.summary_markdown(over)
+    assert (
+        "2 of 2 measured cases move more bytes per second by the bytes model than the measured copy" in text
+    )
+    flagged = over.assign(above_copy=[True, False], pct_copy=[130.0, 130.0])  # the column wins where set
+    assert "1 of 2 measured cases move more bytes" in summary.summary_markdown(flagged)
+    assert "above_copy" not in summary.summary_markdown(to_frame(rows(64, 151936, {"identity": 40.0})))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import time
 
+import pytest
 import torch
 
 from perfsuite import device, inputs, memory, paths, timing, variants
+from perfsuite.schema import RESULT_COLUMNS
 from perfsuite.settings import Timing
 
 CPU = device.detect("cpu")
@@ -69,3 +72,126 @@ def test_bandwidth_helpers_and_memory_fit(monkeypatch):
     assert memory.fits(100 << 20, torch.device("cpu")) is None
     assert "GiB of cpu memory" in memory.fits(2 << 30, torch.device("cpu"))
     assert memory.copy_gbps("cpu", nbytes=8 << 20, reps=3) > 0
+
+
+def test_the_cold_cache_flush_only_reads_its_buffer():
+    """No write to the flush buffer (`zero_()` left the cache full of its dirty lines): one sum into a
+    preallocated scalar, its buffer twice the cache."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    flush = timing.cache_flusher(CPU)
+    assert isinstance(flush, timing.CacheFlush) and flush.buffer.numel() * 4 == timing.flush_bytes(CPU)
+    version = flush.buffer._version
+    with Ops() as ops:
+        flush()
+    assert ops.seen == ["aten.sum.IntList_out"] and flush.buffer._version == version
+    assert float(flush.out) == 0.0 and not flush.buffer.any()
+
+
+def test_cold_flush_sizes():
+    gpu = device.DeviceInfo(
+        "cuda", "cuda:0", "NVIDIA H100", "CUDA 13.0", 3350.0, 64 << 20, llc_bytes=50 << 20
+    )
+    mi300x = device.DeviceInfo("rocm", "cuda:0", "MI300X", "HIP 6.4", 5300.0, 256 << 20, llc_bytes=256 << 20)
+    assert timing.flush_bytes(gpu) == 128 << 20 and timing.flush_bytes(mi300x) == 512 << 20
+
+
+class ScriptedReplays:
+    """Stands in for a graph sampler's replays: totals for the timed graph, flush-only times for the other."""
+
+    def __init__(self, sampler: timing.GraphSampler, totals: list[float], flushes: list[float]):
+        self.sampler, self.totals, self.flushes = sampler, iter(totals), iter(flushes)
+
+    def __call__(self, graph) -> float:
+        return next(self.totals if graph is self.sampler.graph else self.flushes)
+
+
+def test_graph_sampler_subtracts_the_median_flush_of_the_timed_rounds(gpu, monkeypatch):
+    body = lambda: (torch.ones(4, device=gpu),)  # noqa: E731
+    sampler = timing.GraphSampler(body, timing.cache_flusher(device.detect("cuda:0")), gpu, unroll=2)
+    # warm-up round first (a slow flush outlier that must not count), then 5 timed rounds; per replay of 2
+    totals = [2.0, 2.0, 2.2, 2.0, 1.8, 0.3]
+    flushes = [9.0, 1.0, 1.2, 0.8, 1.0, 3.0]
+    monkeypatch.setattr(sampler, "_replay_seconds", ScriptedReplays(sampler, totals, flushes))
+    samples = timing.measure(sampler, Timing(warmup=1, reps=5, max_seconds=60))
+    median_flush = 1.0 / 2  # median of the timed rounds' flush-only replays, per call
+    expected = [max(t / 2 - median_flush, 0.0) for t in totals[1:]]
+    assert samples.seconds == pytest.approx(expected)  # the last round clips at 0, none pays its own 3.0
+    assert samples.seconds[0] == pytest.approx(0.5)  # its own flush (1.0 / 2) would have given the same
+    assert samples.seconds[1] == pytest.approx(0.6)  # its own (1.2 / 2) would have given 0.5
+
+
+def test_sample_clock_records_graph_samples_minus_the_median_flush_so_far(gpu, monkeypatch):
+    body = lambda: (torch.ones(4, device=gpu),)  # noqa: E731
+    sampler = timing.GraphSampler(body, timing.cache_flusher(device.detect("cuda:0")), gpu, unroll=1)
+    replays = ScriptedReplays(sampler, [5.0, 3.0, 3.0, 3.0], [4.0, 1.0, 2.0, 3.0])
+    monkeypatch.setattr(sampler, "_replay_seconds", replays)
+    clock = timing.SampleClock()
+    clock.use(sampler)
+    for _ in range(4):
+        clock.advance()
+    assert clock.seconds == pytest.approx([1.0, 0.5, 1.0, 0.5])  # 5 - 4, 3 - 2.5, 3 - 2, 3 - 2.5
+    assert clock.samples(skip=1).seconds == tuple(clock.seconds[1:])  # what pytest-benchmark recorded
+    assert sampler.settle([0.0] * 3) == pytest.approx((1.0, 1.0, 1.0))  # measure_in_turn's: minus 2.0
+
+
+def test_copy_bandwidth_warms_up_and_probes_before_it_times(monkeypatch):
+    log: list[str] = []
+    timed = memory._time_copies
+
+    def time_copies(dst, src, reps):
+        log.append("timed")
+        return timed(dst, src, reps)
+
+    monkeypatch.setattr(memory, "_time_copies", time_copies)
+    probe = lambda: log.append("probe") or {"sm_mhz": "1980"}  # noqa: E731
+    copy = memory.copy_bandwidth("cpu", nbytes=4 << 20, reps=3, warmup_s=0.05, probe=probe)
+    assert log == ["probe", "timed"] and copy.gbps > 0 and copy.during == {"sm_mhz": "1980"}
+    assert copy.warmup_s >= 0.05 and copy.warmup_copies >= 1
+    cpu = memory.copy_bandwidth("cpu", nbytes=4 << 20, reps=3)  # a CPU: no warm-up, no probe
+    assert cpu.warmup_s == 0 and cpu.warmup_copies == 0 and cpu.during == {}
+
+
+def test_copy_columns_carry_the_clocks_read_under_the_copies(monkeypatch):
+    from perfsuite import environment
+
+    h200 = device.DeviceInfo(
+        "cuda", "cuda:0", "NVIDIA H200", "CUDA 13.0", 4800.0, 64 << 20, llc_bytes=60 << 20
+    )
+    mi300x = device.DeviceInfo("rocm", "cuda:0", "MI300X", "HIP 6.4", 5300.0, 256 << 20, llc_bytes=256 << 20)
+    smi = {"sm_mhz": "1980", "mem_mhz": "3201", "max_sm_mhz": "1980", "temp_c": "41", "power_w": "118"}
+    states = {h200: smi, mi300x: {"sm_mhz": "2100Mhz", "mem_mhz": "1300Mhz"}, CPU: {}}
+    probed: list[object] = []
+
+    def copy_bandwidth(device, probe=None):
+        probed.append(probe)
+        return memory.CopyBandwidth(
+            4300.0, 0.2 if probe else 0.0, 800 if probe else 0, probe() if probe else {}
+        )
+
+    monkeypatch.setattr(memory, "copy_bandwidth", copy_bandwidth)
+    monkeypatch.setattr(environment, "gpu_state", lambda info: states[info])
+    environment.copy_measurement.cache_clear()
+    try:
+        columns = {info: environment.copy_columns(info) for info in (h200, mi300x, CPU)}
+    finally:
+        environment.copy_measurement.cache_clear()
+    assert columns[h200] == {
+        "copy_gbps": 4300.0,
+        "copy_sm_mhz": 1980.0,
+        "copy_mem_mhz": 3201.0,
+        "copy_warmup_s": 0.2,
+    }
+    assert (columns[mi300x]["copy_sm_mhz"], columns[mi300x]["copy_mem_mhz"]) == (2100.0, 1300.0)
+    assert probed[-1] is None and columns[CPU]["copy_warmup_s"] == 0.0  # a CPU: nothing to probe
+    assert all(math.isnan(columns[CPU][c]) for c in ("copy_sm_mhz", "copy_mem_mhz"))
+    assert set(columns[h200]) <= set(RESULT_COLUMNS)

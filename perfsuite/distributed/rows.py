@@ -42,9 +42,12 @@ def figures(
     traffic = variant.traffic(*shape)
     ideal = ideal_traffic(case.batch, -(-case.vocab // case.tp), case.topk, dtype)
     comm = variant.comm_bytes(*shape)
+    figures = rows.figures(
+        samples, traffic, ideal, peak_temp, info.peak_gbps, copy_gbps, info.model_cache_bytes
+    )
     return {
-        **rows.figures(samples, traffic, ideal, peak_temp, info.peak_gbps, copy_gbps),
-        "hbm_bytes_model": traffic.total,
+        **figures,
+        "hbm_bytes_model": figures["bytes_model"],
         "comm_bytes_model": comm,
         "comm_gbps": memory.gbps(comm, samples.median_us * 1e-6),
     }

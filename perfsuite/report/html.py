@@ -102,7 +102,8 @@ def build_report(
 def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> list[str]:
     """What a reader must know before trusting the figures, most important first: the run's own notes
     (run.json), then from the rows: per run, how many cases other processes shared the machine with
-    (`other_cores` above `machine.SHARED_CORES`), and how many cases are unstable."""
+    (`other_cores` above `machine.SHARED_CORES`), how many cases are unstable, and how many beat the
+    measured copy bandwidth by the bytes model."""
     out = [str(n) for n in notes]
     ok = results[results["status"].astype(str) == "ok"] if "status" in results else results
     if "other_cores" in ok and len(ok):
@@ -128,7 +129,23 @@ def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> li
                 f"is above {100 * UNSTABLE_SPREAD:.0f} % of the median; marked {UNSTABLE_MARK} in the "
                 "tables, open rings in the latency plots): do not rank variants on them."
             )
+    above = above_copy_rows(ok)
+    if above.any():
+        out.append(
+            f"{int(above.sum())} of {len(ok)} measured cases move more bytes per second by the bytes model "
+            "than the measured copy bandwidth (column above_copy, pct_copy above 100): the model counts "
+            "bytes that stayed in a cache, or copy_gbps is low (its clocks: copy_sm_mhz, copy_mem_mhz)."
+        )
     return out
+
+
+def above_copy_rows(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose gbps exceeds the measured copy bandwidth: `above_copy`, else (results from before the
+    column) pct_copy above 100."""
+    none = pd.Series("", index=rows.index)
+    flag = rows.get("above_copy", none).astype(str).str.strip().str.lower()
+    pct = pd.to_numeric(rows.get("pct_copy", none), errors="coerce")
+    return flag.eq("true") | (~flag.isin(["true", "false"]) & pct.gt(100))
 
 
 def split_tensor_parallel(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -8,6 +8,8 @@ from typing import Literal
 
 import torch
 
+from perfsuite.variants.cache import Pass, hbm_bytes
+
 Selector = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 Accuracy = Literal["exact", "rounded", "inexact"]
 """exact: `topk_p` equals softmax(logits.double()) at its indices within fp32 rounding, logits order.
@@ -23,18 +25,48 @@ OUTPUT_BYTES_PER_SLOT = 4 + 8  # float32 topk_p + int64 topk_index
 
 @dataclass(frozen=True)
 class Traffic:
-    """Bytes a call must move through device memory, and the largest temporary it materializes."""
+    """Bytes a call must move through device memory, and the largest temporary it materializes.
+
+    `read` and `write` count every pass from HBM (`total`, the figure of a device without a cache).
+    `passes`, where the model lists them, are the `[B, V]` sweeps whose tensors a last-level cache can keep
+    between kernels (the logits re-read, temporaries written and read back): `hbm(cache_bytes)` is the
+    cache-aware figure (`perfsuite.variants.cache`); bytes outside the passes always count.
+    """
 
     read: int
     write: int
     temp: int = 0
+    passes: tuple[Pass, ...] = ()
 
     @property
     def total(self) -> int:
         return self.read + self.write
 
+    def hbm(self, cache_bytes: int) -> int:
+        """HBM bytes with a last-level cache of `cache_bytes` (0: `total`)."""
+        if not self.passes:
+            return self.total
+        listed = sum(p.bytes for p in self.passes)
+        return self.total - listed + hbm_bytes(self.passes, cache_bytes)
+
+    def cached(self, cache_bytes: int) -> int:
+        """Bytes the cache absorbs: `total - hbm(cache_bytes)`."""
+        return self.total - self.hbm(cache_bytes)
+
     def __add__(self, other: Traffic) -> Traffic:
-        return Traffic(self.read + other.read, self.write + other.write, max(self.temp, other.temp))
+        return Traffic(
+            self.read + other.read,
+            self.write + other.write,
+            max(self.temp, other.temp),
+            self.passes + other.passes,
+        )
+
+
+def swept(*passes: Pass, temp: int = 0) -> Traffic:
+    """The traffic of `passes`, every byte counted in `read` / `write`, the passes kept for `hbm`."""
+    read = sum(n for p in passes for _, n in p.reads)
+    write = sum(n for p in passes for _, n in p.writes)
+    return Traffic(read, write, temp, passes)
 
 
 def elementwise(n: int, read_bytes: int, write_bytes: int, *, temp: bool = False) -> Traffic:

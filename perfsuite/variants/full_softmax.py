@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.variants.base import Traffic, Variant, elementwise
+from perfsuite.variants.base import Traffic, Variant, swept
+from perfsuite.variants.cache import sweep
 
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,12 +23,15 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
-    """softmax reads the logits and writes `[B, V]` probabilities; max / topk reads them back."""
+    """softmax reads the logits and writes `[B, V]` probabilities; max / topk reads them back (both
+    passes cacheable: the probabilities stay in the last-level cache where they fit beside the logits);
+    then the `[B, k]` outputs and their upcast."""
     n, size = batch * vocab, dtype.itemsize
-    softmax = elementwise(n, size, size, temp=True)
-    selection = Traffic(n * size, batch * k * (size + 8))
+    softmax = sweep({"logits": n * size}, {"probs": n * size})
+    selection = sweep({"probs": n * size})
+    outputs = Traffic(0, batch * k * (size + 8))
     upcast = Traffic(batch * k * size, batch * k * 4) if size != 4 else Traffic(0, 0)
-    return softmax + selection + upcast
+    return swept(softmax, selection, temp=n * size) + outputs + upcast
 
 
 VARIANT = Variant(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.variants.base import Traffic, Variant, elementwise
+from perfsuite.variants.base import Traffic, Variant, swept
+from perfsuite.variants.cache import sweep
 from perfsuite.variants.ordering import topk_lowest_index
 
 
@@ -35,7 +36,8 @@ def probabilities(logits: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 def selection_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """`torch.max` (k == 1) or `torch.topk`: one read of the logits, `[B, k]` values and indices written."""
-    return Traffic(batch * vocab * dtype.itemsize, batch * k * (dtype.itemsize + 8))
+    logits = batch * vocab * dtype.itemsize
+    return swept(sweep({"logits": logits})) + Traffic(0, batch * k * (dtype.itemsize + 8))
 
 
 def tie_repair_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
@@ -44,15 +46,18 @@ def tie_repair_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Tr
     if k == 1:
         return Traffic(0, 0)
     n = batch * vocab
-    return elementwise(n, dtype.itemsize, 1) + elementwise(n, 1, 4, temp=True)
+    compare = sweep({"logits": n * dtype.itemsize}, {"ties": n})
+    count = sweep({"ties": n}, {"tied_rank": n * 4})
+    return swept(compare, count, temp=n * 4)
 
 
 def probability_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """`probabilities`: the fp32 `x - m` temporary, its in-place exp, the sum, and the `[B, k]` outputs."""
     n = batch * vocab
-    shift = elementwise(n, dtype.itemsize, 4, temp=True)
-    exp_sum = elementwise(n, 4, 4) + elementwise(n, 4, 0)
-    return shift + exp_sum + Traffic(batch * k * 8, batch * k * 4)
+    shift = sweep({"logits": n * dtype.itemsize}, {"shifted": n * 4})
+    exp = sweep({"shifted": n * 4}, {"shifted": n * 4})
+    total = sweep({"shifted": n * 4})
+    return swept(shift, exp, total, temp=n * 4) + Traffic(batch * k * 8, batch * k * 4)
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:

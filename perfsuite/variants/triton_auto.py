@@ -7,6 +7,7 @@ import torch
 from perfsuite.kernels import availability, tuned, untimed
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, Variant, ideal_traffic
+from perfsuite.variants.triton_split import split_traffic
 
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,8 +40,9 @@ def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """The chosen kernel's traffic (plan for the current device, 132 SMs without one)."""
     plan = plan_for(batch, vocab, k, dtype, plans.hardware())
-    partials = plans.partial_bytes(batch, plan.n_splits, k) if plan.kernel == "split" else 0
-    return ideal_traffic(batch, vocab, k, dtype) + Traffic(partials, partials)
+    if plan.kernel != "split":
+        return ideal_traffic(batch, vocab, k, dtype)
+    return split_traffic(batch, vocab, k, dtype, plans.partial_bytes(batch, plan.n_splits, k))
 
 
 VARIANT = Variant(

@@ -6,7 +6,8 @@ import torch
 
 from perfsuite.kernels import availability, untimed
 from perfsuite.kernels import plan as plans
-from perfsuite.variants.base import Traffic, Variant, ideal_traffic
+from perfsuite.variants.base import Traffic, Variant, ideal_traffic, swept
+from perfsuite.variants.cache import sweep
 
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,8 +40,16 @@ def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """The ideal read of the logits and `[B, k]` outputs, plus the partials written by stage 1 and read by
     stage 2 (split count from the plan for the current device, 132 SMs without one)."""
     n_splits = plan_for(batch, vocab, k, dtype, plans.hardware()).n_splits
-    partials = plans.partial_bytes(batch, n_splits, k)
-    return ideal_traffic(batch, vocab, k, dtype) + Traffic(partials, partials)
+    return split_traffic(batch, vocab, k, dtype, plans.partial_bytes(batch, n_splits, k))
+
+
+def split_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, partials: int) -> Traffic:
+    """Stage 1 reads the logits and writes the partials, stage 2 reads them back (cacheable), then the
+    `[B, k]` outputs."""
+    ideal = ideal_traffic(batch, vocab, k, dtype)
+    stage1 = sweep({"logits": ideal.read}, {"partials": partials})
+    stage2 = sweep({"partials": partials})
+    return swept(stage1, stage2) + Traffic(0, ideal.write)
 
 
 VARIANT = Variant(
