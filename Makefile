@@ -39,8 +39,13 @@ chromium:
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
+# Offline: no build isolation (setuptools from the box, not downloaded) and no index; the dependencies
+# from the box when it has them all, else perfsuite alone (what is missing is then named on first use).
+GPU_SETUP_ARGS ?=
+GPU_SETUP := $(PYTHON) -m pip install --no-build-isolation --no-index $(GPU_SETUP_ARGS)
 gpu-setup:
-	$(PYTHON) -m pip install -e .
+	$(GPU_SETUP) -e . || { echo "gpu-setup: a dependency is not on this box: perfsuite alone (--no-deps)"; \
+	  $(GPU_SETUP) --no-deps -e .; }
 
 # The GPU check in one command of at most 8 minutes (BUDGET_S): its stages under their own budgets, then
 # everything packed into at most 8 files in GPU_CHECK_OUT ($OUT on a lent machine). See scripts/gpu_check.sh.

@@ -17,26 +17,43 @@
 # also when this script gets SIGINT or SIGTERM (the running stage is stopped first; exit status 130).
 #
 # Stages, in this order (STAGES picks and orders them). Budget in seconds (env <STAGE>_S, e.g. SWEEP_S=200)
-# and an ESTIMATE of its time on an H200 with a cold Triton cache (not yet timed on one):
-#   machine   15 s   est. 10 s   versions, device, datasheet peak and measured copy bandwidth
-#   warm      60 s   est. 45 s   Triton's compile cache filled in parallel, half the budget each: the tune
-#                                scenario's candidate plans (~105 kernels), then the sweep's (~23):
-#                                python -m perfsuite.kernels.warm SCENARIO [--tune] --jobs N --budget S
-#   kernels   30 s   est. 15 s   `perfsuite kernels` for this GPU's architecture only: registers, spills,
+# and an ESTIMATE of its time on an H200 (not yet timed on one). Triton compiles about 1.8 s of CPU per
+# kernel key (reports/kernels-static/); "cold" is the keys a stage compiled itself before the compile
+# plan (warm then held the tune candidates and the sweep's heuristic kernels only), "now" with it (the
+# counts: tests/test_kernel_warm.py::test_the_stages_compile_plans_on_the_h200, heuristic plans):
+#   machine   30 s   est. 15 s   versions, device, datasheet peak and measured copy bandwidth (a cold
+#                                import of torch and triton, CUDA initialisation, the copy test)
+#   warm      60 s   est. 35 s   the compile plan, one worker per core (perfsuite.kernels.warm): every
+#                                kernel key a later stage launches, 195 (was 128): the tune candidates
+#                                (105), the sweep (23) and its edge-case matrix (10), the draft cases (8),
+#                                the battery's Triton --quick cases (86); distinct 195 x 1.8 s / 16 cores
+#                                + the workers' start
+#   kernels   25 s   est. 15 s   `perfsuite kernels` for this GPU's architecture only: registers, spills,
 #                                occupancy, load width (KERNEL_TARGETS="sm_90 gfx942" to choose)
-#   tune      50 s   est. 45 s   `perfsuite tune scenarios/tune.toml`: 12 shapes x ~30 plans -> tuned.json
-#   sweep    140 s   est. 135 s  `perfsuite run scenarios/gpu_check.toml`: 600 cases, triton_auto tuned
-#   summary   20 s   est. 8 s    `python -m perfsuite.report.summary`: medians, speedups, targets, plans
-#   draft     45 s   est. 35 s   `perfsuite run scenarios/draft_gpu.toml`: 32 draft cycles, eager and graph
-#   check     25 s   est. 20 s   `perfsuite check`, the conformance battery with graph capture: the torch-op
+#   tune      50 s   est. 45 s   `perfsuite tune scenarios/tune.toml`: 12 shapes x ~30 plans -> tuned.json;
+#                                cold 0, now 0
+#   rewarm    20 s   est. 10 s   the same plan with the tuned table: only tuned plans that differ from the
+#                                heuristic ones compile (0 to 82: triton_auto's keys in the sweep 20, the
+#                                draft 8, the battery 54)
+#   sweep    130 s   est. 115 s  `perfsuite run scenarios/gpu_check.toml`: 600 cases, triton_auto tuned;
+#                                cold 6 (the edge-case matrix) + the tuned plans, now 0
+#   summary   15 s   est. 8 s    `python -m perfsuite.report.summary`: medians, speedups, targets, plans
+#   draft     35 s   est. 26 s   `perfsuite run scenarios/draft_gpu.toml`: 32 draft cycles, eager and graph;
+#                                cold 5, now 0
+#   check     25 s   est. 15 s   `perfsuite check`, the conformance battery with graph capture: the torch-op
 #                                variants in full (CHECK_TORCH, at most a third of the budget), then the
-#                                Triton ones on --quick (CHECK_TRITON); CHECK_ARGS adds arguments
-#   tests     60 s   est. 50 s   the GPU tests (TESTS): graphs, device timing, Triton kernels, tuning
+#                                Triton ones on --quick (CHECK_TRITON); CHECK_ARGS adds arguments (the
+#                                warm stages pass them on); cold 71 (about 128 s), now 0
+#   tests     55 s   est. 40 s   the GPU tests (TESTS), the Triton file first, in TEST_JOBS pytest-xdist
+#                                workers (one per core; one process without xdist): their own odd tiles,
+#                                splits, k 16, fp16 and shifts, 149 keys no stage launches (161 in all),
+#                                cold in one process (about 270 s), now over 16 workers (about 17 s each)
 #   tp        60 s   only with more than one GPU: NCCL tests and scenarios/tp_models.toml
-# Budgets 445 s + GRACE_S 20 + PACK_S 15 = 480 s <= BUDGET_S; estimates about 363 s. A stage starts with at
+# Budgets 445 s + GRACE_S 20 + PACK_S 15 = 480 s <= BUDGET_S; estimates about 324 s. A stage starts with at
 # most what is left of BUDGET_S (less GRACE_S and PACK_S) and is not run when under 3 s are left.
-# Overrides: SCENARIO, TUNE_SCENARIO, DRAFT_SCENARIO, TP_SCENARIO, TESTS (pytest arguments), PYTHON,
-# KERNEL_TARGETS, MAX_BYTES; KEEP_WORK=1 keeps the scratch folder.
+# Overrides: SCENARIO, TUNE_SCENARIO, DRAFT_SCENARIO, TP_SCENARIO, TESTS (pytest arguments), TEST_JOBS,
+# PYTHON, KERNEL_TARGETS, MAX_BYTES; KEEP_WORK=1 keeps the scratch folder. With PERFSUITE_LAUNCH_LOG set,
+# every Triton launch is logged with its stage (perfsuite.kernels.launch_log: the compile plan's proof).
 # A second call into the same OUT_DIR continues from its logs.tar.gz (STAGES="machine warm kernels tune",
 # then STAGES="sweep summary draft tests": the sweep uses the first call's tuned.json).
 # Exit status: 0 every stage finished (or had nothing to do here), 1 a stage failed, found a problem
@@ -47,20 +64,21 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-ALL_STAGES="machine warm kernels tune sweep summary draft check tests tp"
+ALL_STAGES="machine warm kernels tune rewarm sweep summary draft check tests tp"
 OUT_DIR=${1:-${OUT:-reports/gpu-check}}
 STAGES=${STAGES:-$ALL_STAGES}
 SCENARIO=${SCENARIO:-scenarios/gpu_check.toml}
 TUNE_SCENARIO=${TUNE_SCENARIO:-scenarios/tune.toml}
 DRAFT_SCENARIO=${DRAFT_SCENARIO:-scenarios/draft_gpu.toml}
 TP_SCENARIO=${TP_SCENARIO:-scenarios/tp_models.toml}
-TESTS=${TESTS:-tests/test_gpu.py tests/test_draft_gpu.py tests/test_tuning.py tests/test_triton_variants.py}
+TESTS=${TESTS:-tests/test_triton_variants.py tests/test_tuning.py tests/test_gpu.py tests/test_draft_gpu.py}
+TEST_JOBS=${TEST_JOBS:-$(nproc)}  # pytest-xdist workers for the tests stage (where xdist is installed)
 BUDGET_S=${BUDGET_S:-480}
 GRACE_S=${GRACE_S:-20}  # from a stage's SIGINT to its SIGKILL: time to write what it measured
 PACK_S=${PACK_S:-15}    # kept for the pack
-MACHINE_S=${MACHINE_S:-15} WARM_S=${WARM_S:-60} KERNELS_S=${KERNELS_S:-30} TUNE_S=${TUNE_S:-50}
-SWEEP_S=${SWEEP_S:-140} SUMMARY_S=${SUMMARY_S:-20} DRAFT_S=${DRAFT_S:-45} CHECK_S=${CHECK_S:-25}
-TESTS_S=${TESTS_S:-60}
+MACHINE_S=${MACHINE_S:-30} WARM_S=${WARM_S:-60} KERNELS_S=${KERNELS_S:-25} TUNE_S=${TUNE_S:-50}
+REWARM_S=${REWARM_S:-20} SWEEP_S=${SWEEP_S:-130} SUMMARY_S=${SUMMARY_S:-15} DRAFT_S=${DRAFT_S:-35}
+CHECK_S=${CHECK_S:-25} TESTS_S=${TESTS_S:-55}
 CHECK_TORCH=${CHECK_TORCH:-full_softmax argmax_ones identity identity_engine_order}
 CHECK_TRITON=${CHECK_TRITON:-triton_auto triton_fused triton_split}
 CHECK_ARGS=${CHECK_ARGS:-}
@@ -75,8 +93,8 @@ fail() { echo "gpu_check: $*" >&2; exit 2; }
 for stage in $STAGES; do
   case " $ALL_STAGES " in *" $stage "*) ;; *) fail "unknown stage $stage (known: $ALL_STAGES)" ;; esac
 done
-for name in BUDGET_S GRACE_S PACK_S MACHINE_S WARM_S KERNELS_S TUNE_S SWEEP_S SUMMARY_S DRAFT_S CHECK_S \
-  TESTS_S TP_S MAX_BYTES; do
+for name in BUDGET_S GRACE_S PACK_S MACHINE_S WARM_S KERNELS_S TUNE_S REWARM_S SWEEP_S SUMMARY_S DRAFT_S \
+  CHECK_S TESTS_S TP_S TEST_JOBS MAX_BYTES; do
   [[ ${!name} =~ ^[0-9]+$ ]] || fail "$name must be a whole number of seconds (bytes), got '${!name}'"
 done
 packed_name() {  # is $1 a name the pack writes (itself, or gzipped)?
@@ -99,6 +117,7 @@ PACK=$SCRATCH/pack       # the files on their way to OUT_DIR
 RUNNING=$SCRATCH/running # the stage's timeout processes, for a signal to this script
 NOTE=$SCRATCH/note       # a stage's status in place of "ok" (skipped, and why)
 STOPPED=$SCRATCH/stopped # there once this script is interrupted
+WARMED=$SCRATCH/warmed-keys.jsonl # the kernel keys warmed in this call (Triton's cache is this machine's)
 mkdir -p "$WORK/logs" "$PACK"
 touch "$WORK/stages.tsv"
 if [ -f "$OUT_DIR/logs.tar.gz" ]; then
@@ -167,30 +186,46 @@ fact() {  # fact NAME PYTHON: the machine stage's "NAME: value" line, else PYTHO
   echo "$found"
 }
 
-stage_warm() {
+warm_args() {  # the warm command's arguments for what the later stages launch (see stage_warm)
+  local selector
+  WARM_ARGS=(--candidates "$TUNE_SCENARIO" "$SCENARIO" "$DRAFT_SCENARIO")
+  for selector in $CHECK_TRITON; do WARM_ARGS+=(--check "$selector"); done
+  # shellcheck disable=SC2206  # CHECK_ARGS is a word list (the battery's --case, --dtype, --device)
+  WARM_ARGS+=(--quick $CHECK_ARGS --keys "$WARMED" --jobs "$(nproc)")
+}
+
+warm_for_later() {  # the compile plan of every later stage, in parallel, within what the stage has left
+  local budget rc
   if [ ! -f perfsuite/kernels/warm.py ]; then
     skip "perfsuite/kernels/warm.py is not in this checkout"
     return 0
   fi
-  # the tune scenario with every candidate plan `perfsuite tune` times, then the sweep's launches
-  local scenarios=("$TUNE_SCENARIO" "$SCENARIO") flags=(--tune "") i rc share partly=0
-  for i in "${!scenarios[@]}"; do  # an even share of what is left to each run still to go
-    share=$(($(left) / (${#scenarios[@]} - i)))
-    if [ "$share" -lt 2 ]; then
-      partly=1
-      break
-    fi
-    within "$share" "$PY" -m perfsuite.kernels.warm "${scenarios[$i]}" ${flags[$i]:+"${flags[$i]}"} \
-      --jobs "$(nproc)" --budget "$((share > 6 ? share - 3 : share))"
-    rc=$?
-    case $rc in
-      0) ;;
-      124) partly=1 ;;  # its budget ran out: what is not compiled yet compiles when first used
-      *) return "$rc" ;;
-    esac
-  done
-  [ "$partly" = 1 ] && note "ok, partly: the budget ran out (the rest compiles when first used)"
-  return 0
+  budget=$(left)
+  warm_args
+  within "$budget" "$PY" -m perfsuite.kernels.warm "${WARM_ARGS[@]}" \
+    --budget "$((budget > 6 ? budget - 3 : budget))"
+  rc=$?
+  case $rc in
+    0) return 0 ;;
+    124) note "ok, partly: the budget ran out (the rest compiles when first used)" ;;  # not a failure
+    *) return "$rc" ;;
+  esac
+}
+
+stage_warm() {
+  # every kernel key a later stage launches, one worker per core: the tune candidates first, then the
+  # sweep's cases and its edge-case matrix, the draft cases, the battery's Triton cases (--quick)
+  warm_for_later
+}
+
+stage_rewarm() {
+  # the same plan again with the tuned table that tune just wrote (PERFSUITE_PLANS): only the keys of
+  # tuned plans that differ from the heuristic ones are new (--keys leaves out what warm did)
+  if [ ! -f "$WORK/tune/tuned.json" ]; then
+    skip "no tuned.json: the tune stage has not run (the warm stage's kernels stand)"
+    return 0
+  fi
+  warm_for_later
 }
 
 stage_kernels() {
@@ -253,8 +288,14 @@ stage_check() {
 stage_tests() {
   mkdir -p "$WORK/tests"
   unset PERFSUITE_PLANS  # the tests expect the heuristic plans unless they install a table themselves
+  local parallel=()
+  # the tests' kernels (odd tiles, k 16, fp16, shifts: not the stages' keys) compile in parallel workers,
+  # the Triton file first; one process where pytest-xdist is not installed
+  if [ "$TEST_JOBS" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then
+    parallel=(-n "$TEST_JOBS")
+  fi
   # shellcheck disable=SC2086  # TESTS is a list of pytest arguments
-  limited "$PY" -m pytest -q -p no:cacheprovider --junitxml "$WORK/tests/junit.xml" $TESTS
+  limited "$PY" -m pytest -q -p no:cacheprovider "${parallel[@]}" --junitxml "$WORK/tests/junit.xml" $TESTS
 }
 
 stage_tp() {
@@ -329,6 +370,7 @@ run_stage() {  # run_stage NAME: in the background, so that a signal to this scr
   # the stage ignores SIGTERM sent to the whole process group: this shell passes it on as SIGINT
   (
     trap '' TERM
+    export PERFSUITE_STAGE=$stage  # for a launch log (perfsuite.kernels.launch_log): which stage launched
     "stage_$stage"
   ) >"$WORK/logs/$stage.log" 2>&1 </dev/null &
   STAGE_PID=$!

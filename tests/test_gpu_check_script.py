@@ -17,6 +17,7 @@ import torch
 from support import LONG_SWEEP, LONG_SWEEP_CASES, sigterm_once_started
 
 from perfsuite import kernels
+from perfsuite.kernels import launch_log
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
@@ -134,7 +135,7 @@ def _assert_returnable(out: Path, max_bytes: int = 15 << 20) -> list[str]:
 @needs_triton
 @cpu_dry_run
 def test_every_stage_runs_and_the_pack_is_returnable(tmp_path):
-    done = _run(tmp_path, "machine warm kernels tune sweep summary draft check tests tp")
+    done = _run(tmp_path, "machine warm kernels tune rewarm sweep summary draft check tests tp")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = tmp_path / "out"
     names = _assert_returnable(out)
@@ -142,13 +143,13 @@ def test_every_stage_runs_and_the_pack_is_returnable(tmp_path):
     assert expected | {"draft.csv", "logs.tar.gz"} == set(names)
     stages = _stages(out)
     assert list(stages) == [
-        *("machine", "warm", "kernels", "tune", "sweep", "summary", "draft", "check", "tests", "tp")
+        *("machine", "warm", "kernels", "tune", "rewarm", "sweep", "summary", "draft", "check", "tests", "tp")
     ]
     assert stages["tp"].startswith("skipped: 0 GPU visible")
     assert stages["warm"] == "ok" or stages["warm"].startswith("skipped: perfsuite/kernels/warm.py is not")
     assert all(
         stages[s] == "ok"
-        for s in ("machine", "kernels", "tune", "sweep", "summary", "draft", "check", "tests")
+        for s in ("machine", "kernels", "tune", "rewarm", "sweep", "summary", "draft", "check", "tests")
     )
     assert not list(tmp_path.glob("gpu-check.*")), "the scratch folder is removed after the pack"
     summary = (out / "summary.md").read_text()
@@ -246,14 +247,23 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
     Path(graph_sweep).write_text(
         Path(graph_sweep).read_text().replace("[sweep]\n", '[sweep]\npaths = ["eager", "graph"]\n')
     )
-    env = _env(tmp_path, "machine warm kernels tune sweep summary draft check tests tp")
+    draft = Path(on_the_gpu["draft"])  # a Triton selector in the draft loop: fp32 [B, V] and [B * k, V]
+    draft.write_text(draft.read_text().replace('"identity"]', '"identity", "triton_auto"]'))
+    launches = tmp_path / "launches.jsonl"
+    env = _env(tmp_path, "machine warm kernels tune rewarm sweep summary draft check tests tp")
     env.update(
         SCENARIO=graph_sweep,
         TUNE_SCENARIO=on_the_gpu["tune"],
         DRAFT_SCENARIO=on_the_gpu["draft"],
+        # the battery's layouts that change a kernel's key: below a tile, a shifted view, padded rows
+        CHECK_ARGS="--dtype float16 "
+        + " ".join(f"--case {case}" for case in ("vocab_7", "offset_3", "padded_rows_1031", "graph_replay")),
+        CHECK_TRITON="triton_fused triton_split",
         PERFSUITE_SIMULATED_GPU="h200",
+        PERFSUITE_LAUNCH_LOG=str(launches),
         BUDGET_S="3000",  # the stages' budgets are an H200's: the simulation interprets Triton on 2 cores
-        **{f"{stage}_S": "400" for stage in ("MACHINE", "WARM", "KERNELS", "TUNE", "SWEEP", "SUMMARY")},
+        **{f"{stage}_S": "400" for stage in ("MACHINE", "WARM", "KERNELS", "TUNE", "REWARM", "SWEEP")},
+        SUMMARY_S="400",
         **{f"{stage}_S": "400" for stage in ("DRAFT", "CHECK", "TESTS", "TP")},
     )
     command = ["bash", str(SCRIPT), str(tmp_path / "out")]
@@ -277,3 +287,54 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
     replayed = checked[checked["case"] == "graph_replay"]
     assert len(replayed) and set(replayed["verdict"]) == {"pass"}, replayed
     assert "(simulated)" in (out / "summary.md").read_text()
+    assert_every_launch_was_warmed_first(launch_log.read(launches), list(stages))
+
+
+def assert_every_launch_was_warmed_first(entries: list[launch_log.Entry], stages: list[str]) -> None:
+    """The compile plan's proof (issue 19): each stage launches only kernel keys (with their pointers'
+    alignment) that a warm worker launched in an earlier stage. The tests stage is exempt: its kernels
+    (odd tiles and splits of the kernels' own tests) compile in parallel pytest workers instead."""
+    warmed: set[str] = set()
+    launched = {stage: set() for stage in stages}
+    for entry in entries:
+        assert entry.stage in launched, entry
+        (warmed if entry.warmed else launched[entry.stage]).add((entry.stage, entry.key))
+    assert {stage for stage, _ in warmed} <= {"warm", "rewarm"}
+    for stage in ("tune", "sweep", "draft", "check"):
+        assert launched[stage], f"the {stage} stage launched no Triton kernel: the proof proves nothing"
+    before: set[str] = set()
+    for stage in stages:
+        if stage in ("warm", "rewarm"):
+            assert not launched[stage], f"{stage} launched outside its workers"
+        elif stage != "tests":
+            cold = {key for _, key in launched[stage]} - before
+            assert not cold, (
+                f"the {stage} stage launched {len(cold)} keys not warmed before it: {sorted(cold)}"
+            )
+        before |= {key for s, key in warmed if s == stage}
+
+
+def test_the_proof_fails_on_a_key_warmed_late_or_never():
+    """The per-stage assertion itself: a key warmed only after the stage that launches it fails."""
+    entry, stages = launch_log.Entry, ["warm", "tune", "rewarm", "sweep", "draft", "check", "tests"]
+    warmed = [entry("warm", True, "a"), entry("rewarm", True, "b")]
+    launched = [entry(s, False, "a") for s in ("tune", "draft", "check")] + [entry("sweep", False, "b")]
+    assert_every_launch_was_warmed_first([*warmed, *launched, entry("tests", False, "odd")], stages)
+    with pytest.raises(AssertionError, match="the tune stage launched 1 keys not warmed"):
+        assert_every_launch_was_warmed_first([*warmed, *launched, entry("tune", False, "b")], stages)
+    with pytest.raises(AssertionError, match="the check stage launched 1 keys"):
+        assert_every_launch_was_warmed_first([*warmed, *launched, entry("check", False, "c")], stages)
+
+
+def test_the_stage_budgets_fit_the_total_and_the_machine_gets_30_s():
+    text = SCRIPT.read_text()
+    defaults = {name: int(value) for name, value in re.findall(r"\b([A-Z]+_S)=\$\{\1:-(\d+)\}", text)}
+    stages = re.search(r'^ALL_STAGES="([^"]+)"', text, re.M).group(1).split()
+    budgets = {stage: defaults[f"{stage.upper()}_S"] for stage in stages}
+    assert budgets["machine"] == 30
+    # tp runs only with more than one GPU, on what is left
+    assert sum(b for stage, b in budgets.items() if stage != "tp") == 445
+    assert 445 + defaults["GRACE_S"] + defaults["PACK_S"] <= defaults["BUDGET_S"] == 480
+    header = text.split("set -uo pipefail")[0]
+    for stage, budget in budgets.items():  # the header's stage lines state the same budgets
+        assert re.search(rf"^#   {stage} +{budget} s ", header, re.M), stage

@@ -4,7 +4,9 @@ CPU, but the machinery is the GPU's: planning, deduplication, the pool, the budg
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,8 +23,8 @@ from perfsuite.scenario import expand, load
 if not kernels.triton_installed():
     pytest.skip(kernels.NO_TRITON, allow_module_level=True)
 
+from perfsuite.kernels import compile_plan, warm
 from perfsuite.kernels import topk_softmax as ts
-from perfsuite.kernels import warm
 
 ROOT = Path(__file__).parents[1]
 
@@ -52,9 +54,26 @@ topk = [8]
 logits = ["gaussian"]
 """
 
+DRAFT = """
+name = "tiny-draft"
+device = "cpu"
+sweep = []
+[[draft]]
+variants = ["triton_auto", "identity"]
+dtypes = ["bfloat16"]
+vocab = 300
+hidden = 16
+batch = [1, 2]
+topk = [1, 2]
+num_steps = 2
+upcast = ["fp32", "none"]
+logits = "head"
+"""
+TOTAL_KEYS = 195
+
 
 def _scenario(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "scenario.toml"
+    path = tmp_path / f"{text.split(chr(34))[1]}.toml"
     path.write_text(text)
     return path
 
@@ -67,9 +86,11 @@ def _warm(path: Path, *args: str) -> subprocess.Popen:
 
 def test_every_specialisation_is_launched_once_in_worker_processes(tmp_path):
     path = _scenario(tmp_path, TINY)
-    units, launches = warm.warm_units(expand(load(path)), plans.hardware(torch.device("cpu")))
+    hw = plans.hardware(torch.device("cpu"))
+    units, launches = warm.warm_units(expand(load(path)), hw)
     assert len({u.key for u in units}) == len(units) < launches
     assert {u.kernel for u in units} == {"fused", "partials", "merge"}
+    units = compile_plan.distinct(*warm.scenario_units(load(path), hw))  # the edge-case matrix's too
     done = _warm(path, "--jobs", "2")
     out, err = done.communicate(timeout=600)
     assert done.returncode == 0, out + err
@@ -140,7 +161,8 @@ def test_the_budget_stops_it_cleanly(tmp_path):
     done = _warm(_scenario(tmp_path, ENDLESS), "--jobs", "1", "--budget", "1")
     out, err = done.communicate(timeout=300)
     assert done.returncode == warm.EXIT_BUDGET, out + err
-    assert "warm: 0 of 1 specialisations" in out and "stopped at the 1.0 s budget" in out
+    # the endless launch first, then the edge-case matrix's two (k 1 and 4)
+    assert "warm: 0 of 3 specialisations" in out and "stopped at the 1.0 s budget" in out
     assert "Traceback" not in err
 
 
@@ -153,7 +175,8 @@ def test_a_signal_stops_the_workers_and_exits_130(tmp_path, signum):
     running.send_signal(signum)
     out, err = running.communicate(timeout=300)
     assert running.returncode == warm.EXIT_INTERRUPTED, out + err
-    assert "0 of 1 specialisations" in out and out.rstrip().endswith("interrupted")
+    # the endless launch never ends; the edge-case matrix's two may finish first
+    assert re.search(r"warm: [0-2] of 3 specialisations", out) and out.rstrip().endswith("interrupted")
     assert "Traceback" not in err
 
 
@@ -170,3 +193,82 @@ def test_bad_input_is_one_message(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         warm.main([str(tmp_path / "missing.toml"), "--jobs", "0"])
     assert exited.value.code == 2 and "--jobs must be at least 1" in capsys.readouterr().err
+
+
+def test_the_battery_plan_is_what_the_battery_launches(recorded):
+    """`perfsuite check --quick` on the Triton selectors launches exactly the keys the compile plan
+    derives from the battery's inputs (row-strided, shifted and int64-strided views, every dtype)."""
+    from perfsuite.conformance import battery
+
+    cpu, hw = torch.device("cpu"), plans.hardware(torch.device("cpu"))
+    names = ["triton_auto", "triton_fused", "triton_split"]
+    units = compile_plan.battery_units(names, hw, cpu, quick=True)
+    for name in names:
+        list(battery.rows(name, cpu, quick=True))  # the launches record their key and do nothing
+    assert set(recorded) == {u.key for u in units}
+    shifts = {u.shift for u in units}
+    assert len(shifts) > 1 and any(u.stride > 2**31 for u in units)  # offsets and int64 addressing
+    for unit in compile_plan.distinct(units):
+        recorded.clear()
+        warm.make_launch(unit, cpu)  # one row of the geometry has the key of the battery's rows
+        assert recorded == [unit.key], unit.describe()
+
+
+def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, recorded):
+    from perfsuite import edge_cases
+    from perfsuite.draft.head import DraftHead
+    from perfsuite.draft.loop import DraftLoop
+    from perfsuite.draft.runner import _reuses_outputs
+    from perfsuite.draft.spec import expand_draft
+    from perfsuite.runner import EDGE_TOPK
+
+    cpu, hw = torch.device("cpu"), plans.hardware(torch.device("cpu"))
+    scenario = load(_scenario(tmp_path, TINY))
+    names = ["identity", "triton_fused", "triton_split", "triton_auto"]  # TINY's
+    edge_cases.matrix([torch.bfloat16, torch.float32], EDGE_TOPK, names, cpu)
+    assert set(recorded) == {u.key for u in compile_plan.edge_matrix_units(scenario, hw)} != set()
+    recorded.clear()
+    draft = load(_scenario(tmp_path, DRAFT))
+    for case in expand_draft(draft):
+        select = variants.get(case.variant).select
+        _reuses_outputs(select, case, cpu)
+        tokens = torch.zeros(case.batch, case.loop.num_draft_tokens, dtype=torch.int64)
+        hidden = torch.zeros(
+            case.batch, case.loop.num_draft_tokens, case.head.hidden, dtype=case.head.torch_dtype
+        )
+        loop = DraftLoop(DraftHead(case.head), functools.partial(_fake, select), case.loop)
+        loop.decode(*loop.extend(tokens, hidden))
+    assert set(recorded) == {u.key for u in compile_plan.draft_units(draft, hw)} != set()
+
+
+def _fake(select, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`select`'s launches (recorded, not run), then outputs a draft loop can use."""
+    select(logits, k)
+    rows = logits.shape[0]
+    return torch.full((rows, k), 1.0 / k), torch.arange(k).expand(rows, k).contiguous()
+
+
+def test_keys_warmed_before_are_left_out(tmp_path):
+    path, keys = _scenario(tmp_path, TINY), tmp_path / "keys.jsonl"
+    args = warm._arguments([str(path), "--keys", str(keys)])
+    units, launches = warm._plan(args, torch.device("cpu"))
+    assert units and launches >= len(units)
+    keep = warm._keep_key(keys)
+    for unit in units[:3]:
+        keep((unit, 0.1, ""))
+    keep((units[3], 0.1, "RuntimeError: failed"))  # a failed launch warmed nothing
+    left, _ = warm._plan(args, torch.device("cpu"))
+    assert [u.key for u in left] == [u.key for u in units[3:]]
+
+
+def test_the_stages_compile_plans_on_the_h200():
+    """The distinct kernel keys of the GPU check's real stages on the H200's plan hardware (heuristic
+    plans): the compile counts scripts/gpu_check.sh and the README state."""
+    hw, cuda = plans.Hardware(sms=132), torch.device("cuda")
+    tune = compile_plan.candidate_units(expand(load(ROOT / "scenarios" / "tune.toml")), hw)
+    sweep = warm.scenario_units(load(ROOT / "scenarios" / "gpu_check.toml"), hw)
+    draft = compile_plan.draft_units(load(ROOT / "scenarios" / "draft_gpu.toml"), hw)
+    check = compile_plan.battery_units(["triton_auto", "triton_fused", "triton_split"], hw, cuda, quick=True)
+    counts = [len(compile_plan.distinct(s)) for s in (tune, *sweep, draft, check)]
+    assert counts == [105, 23, 10, 0, 8, 86]
+    assert len(compile_plan.distinct(tune, *sweep, draft, check)) == TOTAL_KEYS

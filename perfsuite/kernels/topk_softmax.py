@@ -37,11 +37,13 @@ Non-finite rows (identical for fused and split, decided in the kernels):
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 import torch
 import triton
 
+from perfsuite.kernels import launch_log
 from perfsuite.kernels import plan as plans
 from perfsuite.kernels.triton_code import UNSPECIALISED, _fused_kernel, _merge_kernel, _partials_kernel
 
@@ -113,6 +115,9 @@ class Launch:
     def __call__(self, *tensors: torch.Tensor) -> None:
         """Launch on the pointer arguments `tensors`, in the kernel's order."""
         kernel = KERNELS[self.kernel]
+        if os.environ.get(launch_log.LOG_ENV):  # the compile-plan proof: which keys each stage launches
+            aligned = all(t.data_ptr() % ALIGN_BYTES == 0 for t in tensors)
+            launch_log.record(self.compile_key(tensors[0].dtype), aligned)
         kernel[self.grid](*tensors, **self.scalars, **self.constants, num_warps=self.num_warps)
 
     def specialisation(self) -> tuple[tuple[str, str, str], ...]:
