@@ -23,11 +23,12 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from perfsuite import machine, run_dir, threads
-from perfsuite.device import DeviceInfo, detect
-from perfsuite.environment import environment
-from perfsuite.kernel_case import KernelCaseRunner
-from perfsuite.scenario import Case, Scenario, ScenarioError, expand, load
+from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.measure import machine, threads
+from perfsuite.measure.device import DeviceInfo, detect
+from perfsuite.measure.environment import environment
+from perfsuite.results import run_dir
+from perfsuite.scenario.load import Case, Scenario, ScenarioError, expand, load
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "quick.toml"
 PARAMS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits")

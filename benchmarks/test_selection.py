@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite import machine, timing
+from perfsuite.cases.kernel import KernelCaseRunner
 from perfsuite.distributed import tp_variants
-from perfsuite.kernel_case import KernelCaseRunner
-from perfsuite.rows import case_row, stamp
-from perfsuite.scenario import Case
+from perfsuite.measure import machine, timing
+from perfsuite.results.rows import case_row, stamp
+from perfsuite.scenario.load import Case
 
 CLOCK = timing.SampleClock()
 TENSOR_PARALLEL = "a tensor-parallel case: it runs under torchrun (`perfsuite run`), not here"

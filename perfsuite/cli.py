@@ -26,8 +26,8 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite import variants
-from perfsuite.interrupts import interruptible
-from perfsuite.scenario import SWEEP_CHECKS, Scenario, ScenarioError, expand, load
+from perfsuite.measure.interrupts import interruptible
+from perfsuite.scenario.load import SWEEP_CHECKS, Scenario, ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_REGRESSION = EXIT_PROBLEM = EXIT_PARITY  # the other findings share status 1
@@ -57,7 +57,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _default_out(name: str) -> Path:
-    from perfsuite.device import detect
+    from perfsuite.measure.device import detect
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("reports") / f"{name}-{detect().backend}-{stamp}"
@@ -94,8 +94,8 @@ def _draft_variants(scenario: Scenario, chosen: tuple[str, ...]) -> dict:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from perfsuite.report.summary import console_table
-    from perfsuite.run_dir import RunRefused
-    from perfsuite.runner import run_scenario
+    from perfsuite.results.run_dir import RunRefused
+    from perfsuite.sweep import run_scenario
 
     scenario = _scenario(args)
     out_dir = Path(args.out) if args.out else _default_out(scenario.name)
@@ -144,14 +144,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _shard(text: str | None):
-    """`--shard I/N` as a `shards.Shard` (None without it); a bad value is a usage error."""
-    from perfsuite import shards
+    """`--shard I/N` as a `sweep_shards.Shard` (None without it); a bad value is a usage error."""
+    from perfsuite.results import sweep_shards
 
     if text is None:
         return None
     try:
-        return shards.parse(text)
-    except shards.ShardError as exc:
+        return sweep_shards.parse(text)
+    except sweep_shards.ShardError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -178,7 +178,7 @@ def _status_counts(rows: pd.DataFrame) -> str:
 
 
 def _print_counters(frame: pd.DataFrame) -> None:
-    from perfsuite.schema import FLAG_TOLERANCE, flagged
+    from perfsuite.results.schema import FLAG_TOLERANCE, flagged
 
     measured = frame[frame["bytes_measured"].notna()]
     if measured.empty:
@@ -195,7 +195,7 @@ def _print_counters(frame: pd.DataFrame) -> None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from perfsuite.profiling import profile_scenario, short_table
+    from perfsuite.tools.profiling import profile_scenario, short_table
 
     scenario = _scenario(args)
     out_dir = Path(args.out) if args.out else Path(f"{_default_out(scenario.name)}-profile")
@@ -220,7 +220,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_call(args: argparse.Namespace) -> int:
-    from perfsuite.profiling import call_case
+    from perfsuite.tools.profiling import call_case
 
     scenario = _scenario(args)
     reason = call_case(scenario, args.case_id, calls=args.calls, roctx_region=args.roctx_region)
@@ -231,7 +231,7 @@ def _cmd_call(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from perfsuite.compare import compare, load_side, parse_threshold, text_table
+    from perfsuite.compare.match import compare, load_side, parse_threshold, text_table
     from perfsuite.report.compare_page import build_compare_page
 
     try:
@@ -258,22 +258,22 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def result_keys(args: argparse.Namespace) -> list[str]:
-    from perfsuite.compare import KEYS
+    from perfsuite.compare.match import KEYS
 
     return [k for k in KEYS if not (args.ignore_device and k == "device")]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from perfsuite import shards
     from perfsuite.report import build_report, load_many
-    from perfsuite.report.load import load_samples, run_notes
+    from perfsuite.results import sweep_shards
+    from perfsuite.results.read import load_samples, run_notes
 
     first = Path(args.results[0])
     run_dir = first if first.is_dir() else first.parent
     edge_path = args.edge_cases or _sibling(run_dir / "edge_cases.csv", len(args.results))
     draft_path = args.draft or _sibling(run_dir / "draft.csv", len(args.results))
     try:
-        merged = shards.load(args.results)
+        merged = sweep_shards.load(args.results)
         if merged is not None:  # the shards of one run (`run --shard`), as one run
             frame, samples, notes = merged.frame, merged.samples, merged.notes
             draft = pd.read_csv(args.draft) if args.draft else merged.draft
@@ -302,8 +302,8 @@ def _sibling(path: Path, n_results: int) -> Path | None:
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
     from perfsuite import kernels
-    from perfsuite.inputs import dtype_of
     from perfsuite.kernels import resources
+    from perfsuite.scenario.inputs import dtype_of
 
     targets = list(dict.fromkeys(args.target)) or list(resources.DEFAULT_TARGETS)
     unknown = sorted(set(targets) - set(resources.TARGETS))
@@ -336,9 +336,10 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from perfsuite import kernels, threads
-    from perfsuite.device import detect
+    from perfsuite import kernels
     from perfsuite.kernels import tuned, tuner
+    from perfsuite.measure import threads
+    from perfsuite.measure.device import detect
 
     scenario = _scenario(args)
     threads.apply(scenario.timing.threads)
@@ -372,7 +373,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from perfsuite import conformance
-    from perfsuite.device import resolve_device
+    from perfsuite.measure.device import resolve_device
 
     try:
         device = resolve_device(args.device)

@@ -48,7 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _device(spec: str):
-    from perfsuite.device import resolve_device
+    from perfsuite.measure.device import resolve_device
 
     return resolve_device(spec)
 
@@ -200,8 +200,9 @@ def perfsuite_benchmark(benchmark: Any) -> Callable[..., Any]:
         device: str = "auto",
         logits: str = "gaussian",
     ) -> Any:
-        from perfsuite import inputs, variants
-        from perfsuite.device import synchronize
+        from perfsuite import variants
+        from perfsuite.measure.device import synchronize
+        from perfsuite.scenario import inputs
 
         where = _device(device)
         variant = variants.get(spec)

@@ -28,9 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perfsuite import cli, machine, threads, timing, variants  # noqa: E402
-from perfsuite.compare import compare, load_side  # noqa: E402
-from perfsuite.settings import Timing  # noqa: E402
+from perfsuite import cli, variants  # noqa: E402
+from perfsuite.compare.match import compare, load_side  # noqa: E402
+from perfsuite.measure import machine, threads, timing  # noqa: E402
+from perfsuite.scenario.settings import Timing  # noqa: E402
 
 THRESHOLD = 0.05
 LOADED_SHARE = 0.02
@@ -96,7 +97,7 @@ def reference_ratios(rounds: int = 5) -> list[float]:
     import torch
     import torch.utils.benchmark as tb
 
-    from perfsuite.device import detect
+    from perfsuite.measure.device import detect
 
     torch.manual_seed(0)
     logits = torch.randn(5, 32000)

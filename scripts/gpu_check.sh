@@ -163,7 +163,7 @@ stage_machine() {
   echo "host $(uname -n), $(nproc) CPUs, $(uname -sr)"
   limited "$PY" -c '
 import torch
-from perfsuite import device, memory
+from perfsuite.measure import device, memory
 try:
     import triton
     triton_version = triton.__version__
@@ -231,7 +231,7 @@ stage_rewarm() {
 stage_kernels() {
   local targets=${KERNEL_TARGETS:-} args=() target known
   if [ -z "$targets" ]; then  # this GPU's architecture, if the compile report knows it
-    targets=$(fact architecture "from perfsuite import device; print(device.detect().arch.split(':')[0])")
+    targets=$(fact architecture "from perfsuite.measure import device; print(device.detect().arch.split(':')[0])")
     known=$(within 60 "$PY" -c "from perfsuite.kernels.resources import TARGETS; print(' '.join(TARGETS))")
     case " $known " in *" $targets "*) ;; *) targets="" ;; esac
   fi

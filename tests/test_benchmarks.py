@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from support import HAS_GPU
 
-from perfsuite import cli, kernels, run_dir, simulated_gpu
+from perfsuite import cli, kernels, simulated_gpu
 from perfsuite.report import build_report, load_results
-from perfsuite.scenario import load
+from perfsuite.results import run_dir
+from perfsuite.scenario.load import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = """
@@ -109,7 +110,7 @@ def test_benchmarks_record_the_samplers_times_and_every_result_column(tmp_path, 
         assert stats["rounds"] == 4 and info["samples"] == 4
         assert abs(stats["median"] * 1e6 - info["median_us"]) < 1e-6  # pytest-benchmark saw our samples
         assert info["verdict"] == "pass" and info["bytes_model"] > 0
-        assert bench["options"]["timer"] == "perfsuite.timing.SampleClock"
+        assert bench["options"]["timer"] == "perfsuite.measure.timing.SampleClock"
         assert info["threads"] == 1  # the scenario's default [timing] threads
     frame = load_results(out)
     assert len(frame) == len(benches) and set(frame["variant"]) == {"full_softmax", "identity"}

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfsuite import rows, timing, variants
-from perfsuite.device import DeviceInfo
+from perfsuite import variants
+from perfsuite.measure import timing
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.results import rows
 from perfsuite.variants.base import ideal_traffic
 from perfsuite.variants.cache import hbm_bytes, sweep
 
@@ -102,7 +104,7 @@ def test_the_model_cache_is_the_gpus_last_level_cache_and_none_on_a_cpu():
 def test_simulated_gpus_report_their_last_level_caches_and_model_none(simulated):
     """A simulated GPU's figures are host times on the host's caches: its rows keep the uncached model,
     as a CPU's do, while its llc_bytes is the real device's."""
-    from perfsuite import device
+    from perfsuite.measure import device
 
     info = device.detect("cuda:0")
     expected = {"h200": H200_L2, "mi300x": MI300X_LLC}[simulated.key]

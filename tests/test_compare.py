@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfsuite import cli, timing
-from perfsuite.compare import SECONDS, compare, drift_line, load_side, parse_threshold, text_table
-from perfsuite.rank_test import ALPHA, mann_whitney_u, smallest_p_value
-from perfsuite.results import ResultsLog, to_frame, write_tables
+from perfsuite import cli
+from perfsuite.compare.match import SECONDS, compare, drift_line, load_side, parse_threshold, text_table
+from perfsuite.compare.rank_sum import ALPHA, mann_whitney_u, smallest_p_value
+from perfsuite.measure import timing
+from perfsuite.results.write import ResultsLog, to_frame, write_tables
 
 CASE = {"path": "eager", "dtype": "bfloat16", "batch": 1, "topk": 1, "logits": "gaussian", "l2": "cold",
         "device": "NVIDIA H200", "backend": "cuda", "status": "ok", "reason": ""}  # fmt: skip

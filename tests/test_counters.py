@@ -11,7 +11,13 @@ import pandas as pd
 import pytest
 
 from perfsuite import cli
-from perfsuite.counters import (
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.report import build_report
+from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite.results.schema import flagged
+from perfsuite.results.write import to_frame
+from perfsuite.scenario.load import Case, Timing
+from perfsuite.tools.counters import (
     CounterCollector,
     CountersError,
     find_tool,
@@ -19,12 +25,6 @@ from perfsuite.counters import (
     parse_rocprof_csv,
     row_values,
 )
-from perfsuite.device import DeviceInfo
-from perfsuite.report import build_report
-from perfsuite.results import to_frame
-from perfsuite.scenario import Case, Timing
-from perfsuite.schema import RESULT_COLUMNS as COLUMNS
-from perfsuite.schema import flagged
 
 DATA = Path(__file__).parent / "data"
 H200 = DeviceInfo("cuda", "cuda:0", "NVIDIA H200", "CUDA 12.8", 4800.0, 64 << 20, "sm_90", llc_bytes=60 << 20)
@@ -97,7 +97,7 @@ def test_rocprofv3_without_counters_is_a_reason():
 
 
 def test_row_values_and_the_20_percent_flag():
-    from perfsuite.counters import Measured
+    from perfsuite.tools.counters import Measured
 
     row = row_values(Measured(100.0, 50.0, 2), 100.0, "ncu")
     assert row["bytes_measured"] == 150 and row["bytes_measured_vs_model"] == 1.5
@@ -242,7 +242,8 @@ def test_a_tool_that_fails_or_hangs_is_a_reason(tmp_path, monkeypatch):
 
 
 def _model(case: Case, cache_bytes: int = 0) -> int:
-    from perfsuite import inputs, variants
+    from perfsuite import variants
+    from perfsuite.scenario import inputs
 
     return (
         variants.get(case.variant)

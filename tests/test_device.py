@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfsuite import device
+from perfsuite.measure import device
 
 
 @pytest.mark.parametrize(

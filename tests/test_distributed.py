@@ -19,17 +19,18 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from perfsuite import kernels, parity
-from perfsuite import rows as row_pieces
-from perfsuite.device import detect
+from perfsuite import kernels
+from perfsuite.correctness import parity
 from perfsuite.distributed import cases, group, launch, partials, rows, tp_variants
 from perfsuite.distributed.runner import CaseFailed, TPCaseRunner
 from perfsuite.distributed.shard import local_slice, padded_width, shard_of
 from perfsuite.distributed.tp_variants import Local, sharded_triton
-from perfsuite.inputs import make_logits
 from perfsuite.kernels import plan as plans
+from perfsuite.measure.device import detect
 from perfsuite.report import tp_section as report
-from perfsuite.scenario import Case, ScenarioError, Timing
+from perfsuite.results import rows as row_pieces
+from perfsuite.scenario.inputs import make_logits
+from perfsuite.scenario.load import Case, ScenarioError, Timing
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, BF16 = torch.float32, torch.bfloat16

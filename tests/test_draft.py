@@ -16,8 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import kernels, scenario, variants
-from perfsuite.device import GRAPH_UNROLL_CAP, detect
+from perfsuite import kernels, variants
 from perfsuite.draft import (
     DraftHead,
     DraftLoop,
@@ -33,8 +32,10 @@ from perfsuite.draft import (
 from perfsuite.draft.consumer import compare, orphan_share, split
 from perfsuite.draft.counting import CPU_UNIT, count_kernels
 from perfsuite.draft.runner import FAST_PATH, ORGANISATION
+from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect
 from perfsuite.report.draft_section import NOT_SGLANG, draft_html
-from perfsuite.schema import DRAFT_COLUMNS
+from perfsuite.results.schema import DRAFT_COLUMNS
+from perfsuite.scenario import load as scenario
 from perfsuite.variants import external
 from perfsuite.variants.base import Variant
 

@@ -12,8 +12,7 @@ import pytest
 import torch
 from support import HAS_GPU
 
-from perfsuite import scenario, variants
-from perfsuite.device import GRAPH_UNROLL_CAP, detect
+from perfsuite import variants
 from perfsuite.draft import (
     DraftHead,
     DraftLoop,
@@ -28,8 +27,10 @@ from perfsuite.draft.clock import device_sampler
 from perfsuite.draft.consumer import identical
 from perfsuite.draft.graph import graph_body
 from perfsuite.draft.runner import FAST_PATH
-from perfsuite.paths import GraphCaptureError
-from perfsuite.settings import Timing
+from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect
+from perfsuite.measure.execution import GraphCaptureError
+from perfsuite.scenario import load as scenario
+from perfsuite.scenario.settings import Timing
 from perfsuite.variants import external
 
 pytestmark = pytest.mark.usefixtures("gpu")

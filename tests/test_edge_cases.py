@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite import edge_cases, variants
+from perfsuite import variants
+from perfsuite.correctness import edge_cases
 
 
 def test_matrix_covers_every_pattern_variant_dtype_and_k(device):

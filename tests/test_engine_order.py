@@ -10,14 +10,16 @@ import pytest
 import torch
 from support import stable_topk
 
-from perfsuite import inputs, parity, variants
+from perfsuite import variants
+from perfsuite.correctness import parity
 from perfsuite.report import summary
 from perfsuite.report.kernel_context import PAIRING_TEXT, Context, speedup_pairs, tie_policy
 from perfsuite.report.kernel_sections import summary_section
-from perfsuite.report.load import coerce
-from perfsuite.results import to_frame
-from perfsuite.scenario import Scenario, Sweep, expand, load
-from perfsuite.schema import add_speedups
+from perfsuite.results.read import coerce
+from perfsuite.results.schema import add_speedups
+from perfsuite.results.write import to_frame
+from perfsuite.scenario import inputs
+from perfsuite.scenario.load import Scenario, Sweep, expand, load
 from perfsuite.variants.identity import tie_repair_traffic
 
 ENGINE = "identity_engine_order"
@@ -192,16 +194,16 @@ def test_report_and_summary_state_the_pairs_and_the_tie_cost():
 
 
 def test_a_compile_group_times_the_compiled_baseline_in_turn(monkeypatch):
-    """Both selectors of a compile group go through `paths.compiled` (stubbed: torch.compile costs seconds
+    """Both selectors of a compile group go through `execution.compiled` (stubbed: torch.compile costs seconds
     per shape here) and are sampled in turn: the variant's speedup is paired with the compiled baseline."""
-    from perfsuite import paths
-    from perfsuite.device import detect
-    from perfsuite.environment import environment
-    from perfsuite.kernel_case import KernelCaseRunner
-    from perfsuite.settings import Timing
+    from perfsuite.cases.kernel import KernelCaseRunner
+    from perfsuite.measure import execution
+    from perfsuite.measure.device import detect
+    from perfsuite.measure.environment import environment
+    from perfsuite.scenario.settings import Timing
 
     compiled = []
-    monkeypatch.setattr(paths, "compiled", lambda select: compiled.append(select) or select)
+    monkeypatch.setattr(execution, "compiled", lambda select: compiled.append(select) or select)
     timing = Timing(warmup=1, reps=5, max_seconds=0.05)
     scenario = Scenario("s", "s.toml", sweeps=sweep_of((ENGINE,), ("compile",)).sweeps, timing=timing)
     group = [c for c in expand(scenario) if c.topk == 3]

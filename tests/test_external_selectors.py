@@ -12,9 +12,12 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import cli, inputs, parity, scenario, variants
-from perfsuite.checks import ScenarioError
+from perfsuite import cli, variants
+from perfsuite.correctness import parity
 from perfsuite.draft import expand_draft
+from perfsuite.scenario import inputs
+from perfsuite.scenario import load as scenario
+from perfsuite.scenario.validate import ScenarioError
 from perfsuite.variants import external
 from perfsuite.variants.external import Contract, ExternalSelectorError, selector
 

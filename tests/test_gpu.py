@@ -7,8 +7,11 @@ import pytest
 import torch
 from support import HAS_GPU, needs_real_gpu
 
-from perfsuite import device, inputs, memory, parity, paths, timing, variants
-from perfsuite.settings import Timing
+from perfsuite import variants
+from perfsuite.correctness import parity
+from perfsuite.measure import device, execution, memory, timing
+from perfsuite.scenario import inputs
+from perfsuite.scenario.settings import Timing
 
 pytestmark = pytest.mark.usefixtures("gpu")
 VOCAB, BATCH = (151936, 16) if HAS_GPU else (2048, 4)  # the simulated GPU interprets Triton: small shapes
@@ -26,7 +29,7 @@ def test_graph_replay_gives_the_eager_answer(k):
     for name in _runnable():
         variant = variants.get(name)
         eager = variant(logits, k)
-        prepared = paths.prepare("graph", variant.select, logits, k)
+        prepared = execution.prepare("graph", variant.select, logits, k)
         replayed = prepared.run()
         assert torch.equal(eager[1], replayed[1]), name
         assert torch.equal(eager[0], replayed[0]), name
@@ -42,8 +45,8 @@ def test_graph_capture_failure_is_reported_clearly():
             return None
         return variants.get("identity").select(x, k)
 
-    with pytest.raises(paths.GraphCaptureError, match="graph capture failed"):
-        paths.prepare("graph", syncs, logits, 1)
+    with pytest.raises(execution.GraphCaptureError, match="graph capture failed"):
+        execution.prepare("graph", syncs, logits, 1)
 
 
 @pytest.mark.parametrize("l2", ["cold", "hot"])
@@ -51,7 +54,7 @@ def test_graph_capture_failure_is_reported_clearly():
 def test_device_samplers_time_in_microseconds(path, l2):
     info = device.detect("cuda:0")
     logits = inputs.make_logits("gaussian", 4, VOCAB, torch.bfloat16, device="cuda")
-    prepared = paths.prepare(path, variants.get("identity").select, logits, 1)
+    prepared = execution.prepare(path, variants.get("identity").select, logits, 1)
     sampler = timing.sampler_for(prepared, info, Timing(l2=l2, graph_unroll=4))
     assert ("graph replay x4" if path == "graph" else "device events") == sampler.method
     samples = timing.measure(sampler, Timing(warmup=2, reps=10))

@@ -1,5 +1,5 @@
 """Logits generators: shapes, determinism, the distributions they promise, poisoned padding; and the
-figures of a distribution's shape (perfsuite.logits_shape)."""
+figures of a distribution's shape (perfsuite.correctness.logits_shape)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from perfsuite import inputs, logits_shape
+from perfsuite.correctness import logits_shape
+from perfsuite.scenario import inputs
 
 
 @pytest.mark.parametrize("kind", sorted(inputs.KINDS))

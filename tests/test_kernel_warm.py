@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from perfsuite import kernels, variants
-from perfsuite.inputs import dtype_of, make_logits
 from perfsuite.kernels import plan as plans
-from perfsuite.scenario import expand, load
+from perfsuite.scenario.inputs import dtype_of, make_logits
+from perfsuite.scenario.load import expand, load
 
 if not kernels.triton_installed():
     pytest.skip(kernels.NO_TRITON, allow_module_level=True)
@@ -215,12 +215,12 @@ def test_the_battery_plan_is_what_the_battery_launches(recorded):
 
 
 def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, recorded):
-    from perfsuite import edge_cases
+    from perfsuite.correctness import edge_cases
+    from perfsuite.correctness.edge_cases import EDGE_TOPK
     from perfsuite.draft.head import DraftHead
     from perfsuite.draft.loop import DraftLoop
     from perfsuite.draft.runner import _reuses_outputs
     from perfsuite.draft.spec import expand_draft
-    from perfsuite.runner import EDGE_TOPK
 
     cpu, hw = torch.device("cpu"), plans.hardware(torch.device("cpu"))
     scenario = load(_scenario(tmp_path, TINY))

@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from perfsuite import inputs, logits_files, logits_shape, memory, scenario
-from perfsuite.checks import ScenarioError
-from perfsuite.logits_files import LogitsFileError
+from perfsuite.correctness import logits_shape
+from perfsuite.measure import memory
+from perfsuite.scenario import inputs, logits_files
+from perfsuite.scenario import load as scenario
+from perfsuite.scenario.logits_files import LogitsFileError
+from perfsuite.scenario.validate import ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "scenarios" / "data" / "draft_head_logits.pt"
@@ -152,7 +155,7 @@ def test_a_file_changed_after_loading_is_one_clear_error(tmp_path):
 
 def test_a_changed_file_is_other_settings(tmp_path):
     """The files' digest is in the run's settings: `--resume` refuses a run whose logits changed."""
-    from perfsuite import run_dir
+    from perfsuite.results import run_dir
 
     torch.save(torch.ones(2, 4), tmp_path / "x.pt")
     path = scenario_with(tmp_path, 'mine = "x.pt"')
@@ -178,9 +181,9 @@ def test_the_memory_check_knows_the_files_size(tmp_path, monkeypatch):
 
 
 def test_a_measured_case_on_a_file_records_the_logits_shape(tmp_path):
-    from perfsuite.device import detect
-    from perfsuite.environment import environment
-    from perfsuite.kernel_case import KernelCaseRunner
+    from perfsuite.cases.kernel import KernelCaseRunner
+    from perfsuite.measure.device import detect
+    from perfsuite.measure.environment import environment
 
     logits = torch.randn(8, 300)
     logits[:, 7] = logits.amax(-1) + 1  # a confident token

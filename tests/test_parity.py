@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite import inputs, parity, variants
+from perfsuite import variants
+from perfsuite.correctness import parity
+from perfsuite.scenario import inputs
 
 
 def test_reference_is_the_float64_softmax():

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from perfsuite import cli, simulated_gpu
-from perfsuite.profiling import (
+from perfsuite.scenario.load import expand, load
+from perfsuite.simulated_gpu import runtime
+from perfsuite.tools.profiling import (
     FLUSH_RANGE,
     load_events,
     profile_scenario,
@@ -22,8 +24,6 @@ from perfsuite.profiling import (
     select_cases,
     summarize,
 )
-from perfsuite.scenario import expand, load
-from perfsuite.simulated_gpu import runtime
 
 DATA = Path(__file__).parent / "data"
 SCENARIO = """
@@ -112,7 +112,9 @@ def cold_file(tmp_path: Path) -> Path:
 def one_thread(monkeypatch) -> Iterator[None]:
     """Start from one torch thread, and give the test's caller back the threads it had."""
     before = torch.get_num_threads()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # perfsuite.threads.apply sets it; restored after the test
+    monkeypatch.setenv(
+        "OMP_NUM_THREADS", "1"
+    )  # perfsuite.measure.threads.apply sets it; restored after the test
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
@@ -405,7 +407,7 @@ def test_call_runs_one_case_and_reports_skips(scenario_file, capsys):
 
 
 def test_an_interrupted_profile_writes_the_tables_of_the_cases_done(scenario_file, tmp_path, monkeypatch):
-    from perfsuite import profiling
+    from perfsuite.tools import profiling
 
     real, done = profiling.profile_case, []
 

@@ -13,8 +13,8 @@ import plotly.offline
 import pytest
 
 from perfsuite.report import build_report, coerce, load_many, load_results, plots_available
-from perfsuite.results import ResultsLog, to_frame, write_tables
-from perfsuite.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite.results.write import ResultsLog, to_frame, write_tables
 
 VARIANTS = {
     "full_softmax": ("rounded", 1.0),
@@ -426,7 +426,7 @@ def test_a_stable_run_on_an_idle_machine_has_no_warnings(tmp_path: Path) -> None
 
 def test_shared_machine_warning_from_the_rows(tmp_path: Path) -> None:
     """`perfsuite report DIR/results.csv` without run.json: the rows' other_cores say it was shared."""
-    from perfsuite.machine import SHARED_CORES
+    from perfsuite.measure.machine import SHARED_CORES
 
     busy = {"full_softmax": SHARED_CORES + 1.0, "identity": SHARED_CORES + 0.5, "argmax_ones": 0.0}
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0, "argmax_ones": 40.0}, other_cores=busy)
@@ -514,7 +514,7 @@ def write_samples(folder: Path, rows: list[dict[str, object]], count: int = 40) 
 
 
 def test_load_samples_and_notes_beside_the_results(tmp_path: Path) -> None:
-    from perfsuite.report.load import load_samples, run_notes
+    from perfsuite.results.read import load_samples, run_notes
 
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0})
     write_tables(to_frame(rows), tmp_path)
@@ -538,7 +538,7 @@ def test_load_samples_and_notes_beside_the_results(tmp_path: Path) -> None:
 
 def test_distribution_figure_from_the_samples(tmp_path: Path) -> None:
     from perfsuite.report import distributions
-    from perfsuite.report.load import load_samples
+    from perfsuite.results.read import load_samples
 
     vocabs = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000)
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0}, vocabs=vocabs)

@@ -19,10 +19,10 @@ import pytest
 from test_report import synthetic_rows
 
 from perfsuite import cli
-from perfsuite.compare import compare
+from perfsuite.compare.match import compare
 from perfsuite.report import build_report
 from perfsuite.report.compare_page import build_compare_page
-from perfsuite.results import to_frame, write_tables
+from perfsuite.results.write import to_frame, write_tables
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 needs_chromium = pytest.mark.skipif(

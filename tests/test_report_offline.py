@@ -17,8 +17,8 @@ from test_report import synthetic_rows
 
 from perfsuite import cli
 from perfsuite.report import build_report, load_many, plots_available
-from perfsuite.report.load import load_samples
-from perfsuite.results import ResultsLog, to_frame, write_tables
+from perfsuite.results.read import load_samples
+from perfsuite.results.write import ResultsLog, to_frame, write_tables
 
 WITHOUT_PLOTLY = (
     "import runpy, sys; sys.modules['plotly'] = None; "  # `import plotly` now raises ModuleNotFoundError
@@ -171,7 +171,7 @@ def test_report_without_plotly_has_a_note_per_figure(pages: tuple[str, str]) -> 
 BUILD_WITHOUT_PLOTLY = (
     "import sys; sys.modules['plotly'] = None; "
     "from perfsuite.report import build_report, load_many; "
-    "from perfsuite.report.load import load_samples; "
+    "from perfsuite.results.read import load_samples; "
     "results = sys.argv[1]; "
     "build_report(load_many([results]), sys.argv[2], samples=load_samples(results))"
 )

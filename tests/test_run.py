@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import cli, memory, variants
-from perfsuite.kernel_case import KernelCaseRunner
-from perfsuite.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite import cli, variants
+from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.measure import memory
+from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
 from perfsuite.variants.base import Variant
 
 SCENARIO = """

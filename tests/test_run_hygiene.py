@@ -11,10 +11,13 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import case_runner, cli, kernels, machine, memory, run_dir, threads, timing
-from perfsuite.kernel_case import KernelCaseRunner
-from perfsuite.results import ResultsLog
-from perfsuite.settings import Timing
+from perfsuite import cli, kernels
+from perfsuite.cases import protocol
+from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.measure import machine, memory, threads, timing
+from perfsuite.results import run_dir
+from perfsuite.results.write import ResultsLog
+from perfsuite.scenario.settings import Timing
 
 SCENARIO = """
 name = "hygiene"
@@ -217,9 +220,9 @@ def test_paired_ratio_spread_follows_the_rounds():
 
 
 def test_a_case_that_breaks_in_a_group_leaves_the_others_paired(tmp_path):
-    from perfsuite.device import detect
-    from perfsuite.environment import environment
-    from perfsuite.scenario import expand, load
+    from perfsuite.measure.device import detect
+    from perfsuite.measure.environment import environment
+    from perfsuite.scenario.load import expand, load
 
     scenario = load(scenario_file(tmp_path))
     info = detect("cpu")
@@ -236,15 +239,15 @@ def test_a_case_that_breaks_in_a_group_leaves_the_others_paired(tmp_path):
     rows = {row["variant"]: row for row in runner.run_in_turn(group)}
     assert rows["argmax_ones"]["status"] == "error" and "exploded" in rows["argmax_ones"]["reason"]
     assert rows["identity"]["status"] == "ok" and rows["identity"]["speedup_method"] == "paired"
-    assert len(rows["identity"][case_runner.SAMPLES]) == rows["identity"]["samples"]
+    assert len(rows["identity"][protocol.SAMPLES]) == rows["identity"]["samples"]
 
 
 def test_triton_in_the_interpreter_is_not_timed(monkeypatch):
     monkeypatch.setattr(kernels, "interpreting", lambda: True)
     assert kernels.untimed(torch.device("cpu")) == kernels.NOT_TIMED
     assert kernels.untimed(torch.device("meta")) is None
-    from perfsuite.device import detect
-    from perfsuite.scenario import Case
+    from perfsuite.measure.device import detect
+    from perfsuite.scenario.load import Case
 
     runner = KernelCaseRunner(detect("cpu"), {})
     if kernels.triton_installed():  # a Triton variant checked in the interpreter is a skipped row
@@ -262,8 +265,8 @@ def test_threads_apply_and_restore_the_default():
 
 
 def test_gpu_state_reads_nvidia_smi_and_is_empty_where_not_readable(monkeypatch):
-    from perfsuite import environment
-    from perfsuite.device import DeviceInfo
+    from perfsuite.measure import environment
+    from perfsuite.measure.device import DeviceInfo
 
     h200 = DeviceInfo("cuda", "cuda:0", "NVIDIA H200", "CUDA 13.0", 4800.0, 50 << 20, "sm_90")
     asked: list[list[str]] = []

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import scenario
-from perfsuite.scenario import ScenarioError
+from perfsuite.scenario import load as scenario
+from perfsuite.scenario.load import ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
 

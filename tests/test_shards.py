@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 import tomllib
 
-from perfsuite import cli, shards
-from perfsuite.runner import unit_of
-from perfsuite.scenario import expand, parse
+from perfsuite import cli
+from perfsuite.results import sweep_shards
+from perfsuite.scenario.load import expand, parse
+from perfsuite.sweep import unit_of
 
 SCENARIO = """
 name = "sharded"
@@ -53,24 +54,26 @@ def test_a_bad_shard_is_one_line_and_exit_2(text, tmp_path, capsys):
 def test_shards_partition_the_cases_keep_shapes_whole_and_balance_the_work():
     toml = SCENARIO.format(vocab="1000, 32000, 128256, 151936, 2000, 64000")
     cases = expand(parse(tomllib.loads(toml), "inline"))
-    picked = [shards.select(cases, unit_of, shards.Shard(i, 4)) for i in range(4)]
+    picked = [sweep_shards.select(cases, unit_of, sweep_shards.Shard(i, 4)) for i in range(4)]
     ids = [c.case_id for shard in picked for c in shard]
     assert sorted(ids) == sorted(c.case_id for c in cases)  # every case once
     for shard in picked:  # the variants of a shape never split across shards
         units = {unit_of(c) for c in shard}
         assert all(sum(unit_of(c) == u for c in shard) == 2 for u in units)
     # the same split on every machine: a second expansion gives the same shards
-    again = [[c.case_id for c in shards.select(cases, unit_of, shards.Shard(i, 4))] for i in range(4)]
+    again = [
+        [c.case_id for c in sweep_shards.select(cases, unit_of, sweep_shards.Shard(i, 4))] for i in range(4)
+    ]
     assert again == [[c.case_id for c in shard] for shard in picked]
-    weight = [sum(shards._case_weight(c) for c in shard) for shard in picked]
+    weight = [sum(sweep_shards._case_weight(c) for c in shard) for shard in picked]
     # greedy, largest first: the biggest shard exceeds the smallest by at most one unit's weight
-    biggest_unit = max(2 * shards._case_weight(c) for c in cases)
+    biggest_unit = max(2 * sweep_shards._case_weight(c) for c in cases)
     assert max(weight) - min(weight) <= biggest_unit
     assert min(weight) > 0
 
 
 def test_assign_puts_the_largest_units_first_on_the_least_loaded_shard():
-    owner = shards.assign([1, 10, 1, 9, 1], float, 2)
+    owner = sweep_shards.assign([1, 10, 1, 9, 1], float, 2)
     # 10 -> 0, 9 -> 1, the first 1 -> 1 (10 each), the next to the lower index (0), the last to 1
     assert owner == [1, 0, 0, 1, 1]
 
@@ -89,7 +92,7 @@ def test_shards_run_apart_and_merge_into_one_run(tmp_path, capsys):
     assert (out / folders[0] / "edge_cases.csv").exists()  # the per-run extras run in shard 0 only
     assert not (out / folders[1] / "edge_cases.csv").exists()
 
-    merged = shards.load([out])
+    merged = sweep_shards.load([out])
     assert merged is not None and len(merged.frame) == 8
     assert set(merged.frame["run"]) == {"job7"}
     assert not [note for note in merged.notes if "shard" in note]  # none missing, same labels
@@ -122,7 +125,7 @@ def test_merge_refuses_shards_of_other_settings_or_twice_and_notes_a_missing_one
     code = cli.main(["report", str(a / "shard-0-of-3"), str(a / "shard-0-of-3" / "results.csv")])
     assert code == cli.EXIT_USAGE and "given twice" in capsys.readouterr().err
 
-    merged = shards.load([a])
+    merged = sweep_shards.load([a])
     assert merged is not None
     assert any("shards 1 of 3 are missing" in note for note in merged.notes)
 

@@ -16,10 +16,13 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import cli, device, inputs, machine, memory, paths, profiling, simulated_gpu, timing, variants
+from perfsuite import cli, simulated_gpu, variants
 from perfsuite.kernels import plan as plans
-from perfsuite.settings import Timing
+from perfsuite.measure import device, execution, machine, memory, timing
+from perfsuite.scenario import inputs
+from perfsuite.scenario.settings import Timing
 from perfsuite.simulated_gpu import runtime
+from perfsuite.tools import profiling
 
 ROOT = Path(__file__).parents[1]
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="a real GPU is present")
@@ -230,8 +233,8 @@ def test_a_failed_capture_leaves_nothing_behind(gpu):
     x = torch.arange(8.0, device="cuda")
     static = torch.zeros(8, device="cuda")
     with (
-        pytest.raises(paths.GraphCaptureError, match="boolean mask"),
-        paths.capturing(torch.cuda.CUDAGraph(), gpu),
+        pytest.raises(execution.GraphCaptureError, match="boolean mask"),
+        execution.capturing(torch.cuda.CUDAGraph(), gpu),
     ):
         static.copy_(x + 1)
         static[static > 3].sum()
@@ -239,7 +242,7 @@ def test_a_failed_capture_leaves_nothing_behind(gpu):
     assert runtime.state().capture is None and torch.cuda.current_stream() is torch.cuda.default_stream()
     kernels_before = runtime.state().kernels
     graph = torch.cuda.CUDAGraph()
-    with paths.capturing(graph, gpu):
+    with execution.capturing(graph, gpu):
         static.copy_(x * 3)
     assert len(graph.nodes) == 2  # x * 3 and the copy: nothing of the failed capture
     assert runtime.state().kernels == kernels_before  # a capture runs nothing that counts
@@ -275,12 +278,14 @@ def test_every_capture_routine_restores_the_stream_when_capture_fails(gpu):
     assert torch.cuda.current_stream() is not default  # what the routines must undo
     torch.cuda.set_stream(default)
 
-    with pytest.raises(paths.GraphCaptureError, match=r"graph capture failed: CaptureViolation: .*\.item"):
-        paths.prepare("graph", _syncs, logits, 1)
-    assert torch.cuda.current_stream() is default, "paths.GraphCall"
+    with pytest.raises(
+        execution.GraphCaptureError, match=r"graph capture failed: CaptureViolation: .*\.item"
+    ):
+        execution.prepare("graph", _syncs, logits, 1)
+    assert torch.cuda.current_stream() is default, "execution.GraphCall"
 
     loop = DraftLoop(DraftHead(HeadConfig(512, 128, "float32"), gpu), _syncs, LoopConfig(2, 2, 4))
-    with pytest.raises(paths.GraphCaptureError, match=r"draft graph capture failed \(batch 2\): Capture"):
+    with pytest.raises(execution.GraphCaptureError, match=r"draft graph capture failed \(batch 2\): Capture"):
         GraphCache(gpu).get(loop, 2, "sync")
     assert torch.cuda.current_stream() is default, "draft.graph.DraftGraph"
 
@@ -296,7 +301,7 @@ def test_replay_runs_on_the_captured_tensors(gpu, name):
     and never sees a tensor swapped in after the capture."""
     select = variants.get(name).select
     logits = inputs.make_logits("gaussian", 3, 700, torch.float32, device="cuda")
-    call = paths.GraphCall(lambda: select(logits, 2), gpu)
+    call = execution.GraphCall(lambda: select(logits, 2), gpu)
     first = call()[1].clone()
     logits.copy_(torch.flip(logits, dims=[1]))  # new values in the captured buffer
     assert torch.equal(call()[1], 699 - first)
@@ -324,7 +329,7 @@ def test_cold_graph_sampler_times_every_variant(gpu):
     info = device.detect()
     logits = inputs.make_logits("gaussian", 2, 900, torch.bfloat16, device="cuda")
     for name in variants.names():
-        prepared = paths.prepare("graph", variants.get(name).select, logits, 2)
+        prepared = execution.prepare("graph", variants.get(name).select, logits, 2)
         sampler = timing.sampler_for(prepared, info, Timing(l2="cold", graph_unroll=2))
         assert sampler.sample() >= 0, name
         assert sampler.method == "graph replay x2"
@@ -340,7 +345,7 @@ def test_eager_launches_queue_behind_a_spin_that_covers_them(gpu):
         time.sleep(slow_to_queue)  # the host's launch overhead (a dozen ops, a Triton launch)
         return ()
 
-    prepared = paths.PreparedCall("eager", call, call, graphed=False)
+    prepared = execution.PreparedCall("eager", call, call, graphed=False)
     sampler = timing.sampler_for(prepared, info, Timing(l2="cold"))
     log = runtime.state().log
     log.clear()

@@ -1,5 +1,6 @@
-"""The shape of the package: no import cycles, counting the imports inside functions (they are
-dependencies too) and leaving out those only type checkers see."""
+"""The shape of the package: no import cycles, and every import points down the layers below. The graph
+counts every import: those inside functions (they are dependencies too) and those only type checkers see
+(`if TYPE_CHECKING:`; a cycle there is a cycle in the design)."""
 
 from __future__ import annotations
 
@@ -9,29 +10,81 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "perfsuite"
 
+# The layers, lowest first: a module imports from its own layer and the layers below it, never from one
+# above. An entry names a module or a package (and so every module under it); the longest entry that
+# names a module decides its layer. A run reads from input to page: logits and settings, the selectors,
+# measuring, correctness, the scenario, the result rows, the case kinds, then comparing, tools, the
+# report, the sweep and the front ends.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # the host's facts (CPU, memory, cgroup limits): read by the simulated GPU too
+    ("host", ("perfsuite.measure.machine",)),
+    # the package's __init__ installs the simulated GPU before anything asks torch.cuda
+    ("simulated_gpu", ("perfsuite.simulated_gpu", "perfsuite.__init__")),
+    # what every case is given: generated logits, logits files, the [timing] and [inputs] settings
+    (
+        "logits",
+        (
+            "perfsuite.scenario.logits_files",
+            "perfsuite.scenario.inputs",
+            "perfsuite.scenario.settings",
+        ),
+    ),
+    # what is measured: the selectors (single device, their Triton kernels, tensor parallel) and the
+    # draft loop that calls one (the draft head and loop; the draft case kind is higher)
+    (
+        "selectors",
+        (
+            "perfsuite.variants",
+            "perfsuite.kernels",
+            "perfsuite.distributed.tp_variants",
+            "perfsuite.distributed.group",
+            "perfsuite.distributed.shard",
+            "perfsuite.distributed.partials",
+            "perfsuite.draft.head",
+            "perfsuite.draft.loop",
+        ),
+    ),
+    # device facts, execution paths (eager, graph, compile), timing, memory, threads, interrupts
+    ("measure", ("perfsuite.measure",)),
+    ("correctness", ("perfsuite.correctness", "perfsuite.conformance")),
+    # scenario files loaded, validated and expanded; a draft table is parsed by its kind (draft/spec.py)
+    ("scenario", ("perfsuite.scenario", "perfsuite.draft.spec")),
+    # the columns, the row pieces every case kind builds its rows from, results files, run folders, shards
+    ("results", ("perfsuite.results",)),
+    # the case kinds: the protocol and kernel cases, the draft loop's cases, tensor parallel
+    ("cases", ("perfsuite.cases", "perfsuite.draft", "perfsuite.distributed")),
+    ("compare", ("perfsuite.compare",)),
+    # built on cases: profiler traces, hardware counters, tuning, the compile plan and warm-up
+    (
+        "tools",
+        (
+            "perfsuite.tools",
+            "perfsuite.kernels.tuner",
+            "perfsuite.kernels.compile_plan",
+            "perfsuite.kernels.warm",
+        ),
+    ),
+    ("report", ("perfsuite.report",)),
+    ("sweep", ("perfsuite.sweep",)),
+    ("front ends", ("perfsuite.cli", "perfsuite.pytest_plugin", "perfsuite.__main__")),
+)
+
+MAX_TOP_LEVEL_MODULES = 10
+
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node but the bodies of `if TYPE_CHECKING:`."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
-            yield from (n for child in node.orelse for n in [child, *_runtime_nodes(child)])
-            continue
-        yield node
-        yield from _runtime_nodes(node)
-
-
-def import_graph() -> dict[str, set[str]]:
-    """perfsuite module -> the perfsuite modules it imports when it runs."""
+def import_graph(lines: bool = False) -> dict[str, set[str]] | dict[str, dict[str, int]]:
+    """perfsuite module -> the perfsuite modules it imports, anywhere in it (with `lines`: -> the line of
+    the first such import)."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {name: set() for name in modules}
+    graph: dict[str, dict[str, int]] = {name: {} for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _runtime_nodes(ast.parse(path.read_text())):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
@@ -42,14 +95,38 @@ def import_graph() -> dict[str, set[str]]:
                 found = [a.name for a in node.names]
             else:
                 continue
-            graph[name].update(m for m in found if m in modules and m != name)
-    return graph
+            for m in found:
+                if m in modules and m != name:
+                    graph[name].setdefault(m, node.lineno)
+    if lines:
+        return graph
+    return {name: set(edges) for name, edges in graph.items()}
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest entry naming `module` (the root package as perfsuite.__init__)."""
+    key = "perfsuite.__init__" if module == "perfsuite" else module
+    best: tuple[int, int] | None = None  # (entry length, layer)
+    for index, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            if (key == entry or key.startswith(entry + ".")) and (best is None or len(entry) > best[0]):
+                best = (len(entry), index)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS in tests/test_structure.py")
+    return best[1]
 
 
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
-    assert "perfsuite.report" in graph["perfsuite.runner"]  # imported inside `finish`
-    assert "perfsuite.scenario" not in graph["perfsuite.draft.spec"]  # for type checkers only
+    assert "perfsuite.report" in graph["perfsuite.sweep"]  # imported inside `finish`
+    # the draft tables name the scenario by a Protocol, not by the loader's type: no cycle to hide
+    assert "perfsuite.scenario.load" not in graph["perfsuite.draft.spec"]
+
+
+def test_the_graph_sees_type_checking_imports():
+    graph = import_graph()
+    assert "perfsuite.scenario.load" in graph["perfsuite.tools.counters"]  # for type checkers only
+    assert "perfsuite.kernels.topk_softmax" in graph["perfsuite.kernels.resources"]
 
 
 def test_no_import_cycles():
@@ -58,3 +135,30 @@ def test_no_import_cycles():
         tuple(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as exc:
         raise AssertionError(f"import cycle: {' -> '.join(exc.args[1])}") from None
+
+
+def test_every_module_has_a_layer():
+    for module in import_graph():
+        layer_of(module)
+
+
+def test_imports_point_down_the_layers():
+    upward = [
+        f"{module} (line {line}, layer {LAYERS[layer_of(module)][0]}) imports {target} "
+        f"(layer {LAYERS[layer_of(target)][0]})"
+        for module, edges in sorted(import_graph(lines=True).items())
+        for target, line in sorted(edges.items())
+        if layer_of(target) > layer_of(module)
+    ]
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_names_an_upward_import():
+    assert layer_of("perfsuite.measure.timing") < layer_of("perfsuite.sweep")
+    assert layer_of("perfsuite.kernels.tuner") > layer_of("perfsuite.kernels.plan")  # longest entry wins
+    assert layer_of("perfsuite") < layer_of("perfsuite.measure")  # the root __init__, not every module
+
+
+def test_few_modules_at_the_top():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} top-level modules: {', '.join(top)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from perfsuite.report import summary
-from perfsuite.results import to_frame
+from perfsuite.results.write import to_frame
 
 
 def rows(batch: int, vocab: int, times: dict[str, float], copy: float = 50.0) -> list[dict[str, object]]:
@@ -164,7 +164,7 @@ def test_unstable_medians_are_marked():
 
 
 def test_shared_machine_warning_in_the_markdown():
-    from perfsuite.machine import SHARED_CORES
+    from perfsuite.measure.machine import SHARED_CORES
 
     busy = {"full_softmax": SHARED_CORES + 1, "identity": SHARED_CORES + 1}
     frame = to_frame(

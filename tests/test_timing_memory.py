@@ -8,9 +8,11 @@ import time
 import pytest
 import torch
 
-from perfsuite import device, inputs, memory, paths, timing, variants
-from perfsuite.schema import RESULT_COLUMNS
-from perfsuite.settings import Timing
+from perfsuite import variants
+from perfsuite.measure import device, execution, memory, timing
+from perfsuite.results.schema import RESULT_COLUMNS
+from perfsuite.scenario import inputs
+from perfsuite.scenario.settings import Timing
 
 CPU = device.detect("cpu")
 
@@ -37,7 +39,7 @@ def test_measure_stops_at_the_time_limit_with_at_least_three_samples():
 
 def test_sampler_for_cpu_uses_the_host_clock_and_the_cache_flush():
     x = inputs.make_logits("gaussian", 2, 100, torch.float32)
-    prepared = paths.prepare("eager", variants.get("identity").select, x, 1)
+    prepared = execution.prepare("eager", variants.get("identity").select, x, 1)
     cold = timing.sampler_for(prepared, CPU, Timing(l2="cold"))
     hot = timing.sampler_for(prepared, CPU, Timing(l2="hot"))
     assert cold.method == "host perf_counter" and cold.flush is not None and hot.flush is None
@@ -162,7 +164,7 @@ def test_copy_bandwidth_warms_up_and_probes_before_it_times(monkeypatch):
 
 
 def test_copy_columns_carry_the_clocks_read_under_the_copies(monkeypatch):
-    from perfsuite import environment
+    from perfsuite.measure import environment
 
     h200 = device.DeviceInfo(
         "cuda", "cuda:0", "NVIDIA H200", "CUDA 13.0", 4800.0, 64 << 20, llc_bytes=60 << 20

@@ -21,11 +21,12 @@ if not torch.cuda.is_available():
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
-from perfsuite import kernels, parity, variants  # noqa: E402
-from perfsuite.inputs import make_logits  # noqa: E402
+from perfsuite import kernels, variants  # noqa: E402
+from perfsuite.correctness import parity  # noqa: E402
 from perfsuite.kernels import plan as plans  # noqa: E402
 from perfsuite.kernels import topk_softmax as ts  # noqa: E402
 from perfsuite.kernels import triton_code as device_code  # noqa: E402
+from perfsuite.scenario.inputs import make_logits  # noqa: E402
 from perfsuite.variants.base import ideal_traffic  # noqa: E402
 
 pytestmark = pytest.mark.triton

@@ -13,10 +13,11 @@ import pytest
 import torch
 from support import DEVICE
 
-from perfsuite import cli, kernels, parity, variants
-from perfsuite.inputs import make_logits
+from perfsuite import cli, kernels, variants
+from perfsuite.correctness import parity
 from perfsuite.kernels import plan as plans
 from perfsuite.kernels import tuned
+from perfsuite.scenario.inputs import make_logits
 
 if kernels.availability(DEVICE) is not None:
     pytest.skip(kernels.availability(DEVICE), allow_module_level=True)

@@ -6,7 +6,9 @@ import pytest
 import torch
 from support import stable_topk
 
-from perfsuite import inputs, parity, variants
+from perfsuite import variants
+from perfsuite.correctness import parity
+from perfsuite.scenario import inputs
 from perfsuite.variants.base import Traffic, ideal_traffic
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -11,7 +11,7 @@ addressing, a graph capture), `judge` the verdict on one selection, `graph` the 
 Verdicts. Each (case, dtype, k) is "pass", "FAIL" with the first thing that went wrong, or "skip" with
 the reason (a dtype the selector does not declare: "not claimed"; a graph case without a GPU; memory
 the int64 case cannot have). What can go wrong, judged in this order against float64 truth
-(`perfsuite.parity.reference` and `parity.tolerance`):
+(`perfsuite.correctness.parity.reference` and `parity.tolerance`):
   crash                  the call raised (the exception, one line)
   wrong output shape or dtype
   out-of-vocabulary index  an index outside [0, V), in any row

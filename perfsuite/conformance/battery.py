@@ -8,11 +8,12 @@ from collections.abc import Iterable, Iterator
 import pandas as pd
 import torch
 
-from perfsuite import edge_cases, variants
+from perfsuite import variants
 from perfsuite.conformance import cases as catalogue
 from perfsuite.conformance import graph
 from perfsuite.conformance.judge import Verdict, failed, judge, skipped
-from perfsuite.inputs import DTYPE_ALIASES, dtype_name
+from perfsuite.correctness import edge_cases
+from perfsuite.scenario.inputs import DTYPE_ALIASES, dtype_name
 from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, dtype_names
 
 DTYPES = (*SUPPORTED_DTYPES, *FP8_DTYPES)

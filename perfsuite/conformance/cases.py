@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from perfsuite import edge_cases, machine, simulated_gpu
+from perfsuite import simulated_gpu
+from perfsuite.correctness import edge_cases
+from perfsuite.measure import machine
 
 TAIL = 256
 """Poisoned elements after the last row (and around each row where the buffer is not filled)."""

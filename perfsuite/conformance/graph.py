@@ -14,9 +14,11 @@ from collections.abc import Iterator
 
 import torch
 
-from perfsuite import edge_cases, paths, simulated_gpu
+from perfsuite import simulated_gpu
 from perfsuite.conformance import judge as judging
-from perfsuite.device import synchronize
+from perfsuite.correctness import edge_cases
+from perfsuite.measure import execution
+from perfsuite.measure.device import synchronize
 from perfsuite.variants.base import Variant
 
 SYNC_WORDS = ("synchroniz", "capturing", "capture")
@@ -44,7 +46,7 @@ def _same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Ten
 def capture_failure(exc: BaseException) -> judging.Verdict:
     """The verdict on a capture that raised, from the error that broke it: "host_sync" for a host
     synchronisation or a pageable host-to-device copy (a boolean mask, a host index), else "crash"."""
-    message = paths.first_line(paths.capture_cause(exc))
+    message = execution.first_line(execution.capture_cause(exc))
     if any(word in message.lower() for word in SYNC_WORDS):
         return judging.failed("host_sync", f"during capture: {message}")
     return judging.failed("crash", f"during capture: {message}")
@@ -58,9 +60,9 @@ def replay_verdict(variant: Variant, logits: torch.Tensor, k: int) -> judging.Ve
         return judging.failed("crash", first)
     graph = torch.cuda.CUDAGraph()
     try:
-        with paths.capturing(graph, logits.device), _sync_is_error():
+        with execution.capturing(graph, logits.device), _sync_is_error():
             out = variant(logits, k)
-    except paths.GraphCaptureError as exc:
+    except execution.GraphCaptureError as exc:
         return capture_failure(exc)
     graph.replay()
     synchronize(logits.device)

@@ -1,5 +1,5 @@
-"""One selection judged against float64 truth (`perfsuite.parity`'s reference and tolerances): the verdict
-and, when it fails, what went wrong (see the package docstring for the rules)."""
+"""One selection judged against float64 truth (`perfsuite.correctness.parity`'s reference and
+tolerances): the verdict and, when it fails, what went wrong (see the package docstring for the rules)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfsuite import parity
+from perfsuite.correctness import parity
 from perfsuite.variants.base import Variant
 
 FINDINGS: dict[str, str] = {

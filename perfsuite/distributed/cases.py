@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from perfsuite import scenario as scenarios
-from perfsuite.scenario import Case, Scenario
+from perfsuite.scenario import load as scenarios
+from perfsuite.scenario.load import Case, Scenario
 
 
 def load(path: str | Path) -> Scenario:

@@ -25,7 +25,7 @@ import torch
 
 import perfsuite
 from perfsuite.distributed import rows
-from perfsuite.scenario import Case
+from perfsuite.scenario.load import Case
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 MAX_CPU_RANKS_ENV = "PERFSUITE_TP_MAX_CPU_RANKS"

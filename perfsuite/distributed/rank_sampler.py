@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import torch
 
-from perfsuite.device import DeviceInfo, synchronize
 from perfsuite.distributed.group import Group
-from perfsuite.settings import Timing
-from perfsuite.timing import Spin, cache_flusher
+from perfsuite.measure.device import DeviceInfo, synchronize
+from perfsuite.measure.timing import Spin, cache_flusher
+from perfsuite.scenario.settings import Timing
 
 
 class RankSampler:
@@ -46,7 +46,9 @@ class RankSampler:
         self.group.barrier()
         if self.flush:
             self.flush()
-        torch.cuda._sleep(self.spin.cycles)  # the call's launches queue behind it, as in perfsuite.timing
+        torch.cuda._sleep(
+            self.spin.cycles
+        )  # the call's launches queue behind it, as in perfsuite.measure.timing
         queued_from = time.perf_counter()
         start.record()
         self.call()

@@ -1,6 +1,6 @@
 """Result rows of tensor-parallel cases: the single-device columns plus tp, backend and traffic models.
 
-Extra columns (kept after the schema's by `results.to_frame`):
+Extra columns (kept after the schema's by `write.to_frame`):
 tp, backend_pg (gloo | nccl), hbm_bytes_model (HBM bytes per rank), comm_bytes_model (interconnect bytes
 each rank receives), comm_gbps (comm_bytes_model / median time), ranks_agree (every rank returned the
 same bits), parity_ranks (ranks whose parity was checked).
@@ -8,11 +8,13 @@ same bits), parity_ranks (ranks whose parity was checked).
 
 from __future__ import annotations
 
-from perfsuite import inputs, memory, rows
-from perfsuite.device import DeviceInfo
 from perfsuite.distributed import tp_variants
-from perfsuite.scenario import Case
-from perfsuite.timing import Samples
+from perfsuite.measure import memory
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.measure.timing import Samples
+from perfsuite.results import rows
+from perfsuite.scenario import inputs
+from perfsuite.scenario.load import Case
 from perfsuite.variants.base import ideal_traffic
 
 

@@ -15,16 +15,19 @@ from typing import TypeVar
 
 import torch
 
-from perfsuite import inputs, memory, parity, timing, variants
-from perfsuite.case_runner import run_case
-from perfsuite.device import DeviceInfo
+from perfsuite import variants
+from perfsuite.cases.protocol import run_case
+from perfsuite.correctness import parity
 from perfsuite.distributed import rows, tp_variants
 from perfsuite.distributed.group import Group
 from perfsuite.distributed.rank_sampler import RankSampler
 from perfsuite.distributed.shard import local_slice, shard_of
 from perfsuite.distributed.tp_variants import Local
-from perfsuite.rows import CaseFailed, is_out_of_memory, one_line
-from perfsuite.scenario import Case
+from perfsuite.measure import memory, timing
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.results.rows import CaseFailed, is_out_of_memory, one_line
+from perfsuite.scenario import inputs
+from perfsuite.scenario.load import Case
 from perfsuite.variants.base import unclaimed_k
 
 T = TypeVar("T")

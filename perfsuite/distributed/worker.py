@@ -13,14 +13,14 @@ import json
 import sys
 from pathlib import Path
 
-from perfsuite import threads
-from perfsuite.device import detect
 from perfsuite.distributed import cases, group
 from perfsuite.distributed.group import Group
 from perfsuite.distributed.runner import TPCaseRunner
-from perfsuite.environment import environment
-from perfsuite.results import ResultsLog
-from perfsuite.scenario import Case, ScenarioError
+from perfsuite.measure import threads
+from perfsuite.measure.device import detect
+from perfsuite.measure.environment import environment
+from perfsuite.results.write import ResultsLog
+from perfsuite.scenario.load import Case, ScenarioError
 
 EXIT_OK, EXIT_USAGE = 0, 2
 

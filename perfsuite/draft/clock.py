@@ -1,4 +1,4 @@
-"""How a draft cycle is timed, on top of `perfsuite.timing`'s samplers.
+"""How a draft cycle is timed, on top of `perfsuite.measure.timing`'s samplers.
 
 Two figures per case:
 - the cycle as an engine pays it (`cycle_*`): CPU: `time.perf_counter` around the call. GPU: device events
@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import torch
 
-from perfsuite import timing
-from perfsuite.device import DeviceInfo
-from perfsuite.settings import Timing
+from perfsuite.measure import timing
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.scenario.settings import Timing
 
 Call = Callable[[], object]
 

@@ -17,8 +17,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from perfsuite import simulated_gpu
-from perfsuite.device import synchronize
-from perfsuite.memory import native_stderr_silenced
+from perfsuite.measure.device import synchronize
+from perfsuite.measure.memory import native_stderr_silenced
 
 LAUNCH_CALL = re.compile(r"(LaunchKernel|GraphLaunch|LaunchCooperativeKernel|Memcpy\w*Async|Memset\w*Async)")
 GPU_UNIT = "device kernels (incl. memcpy/memset)"

@@ -4,8 +4,8 @@ As engines do: static input buffers (accepted tokens, target hidden states) and 
 allocated outside the graph; a replay copies a cycle's inputs in, replays, and hands out copies of the
 outputs. Graphs live in a small cache keyed by batch size and loop configuration; they share one graph
 memory pool (only intermediates live in it, so replay order does not matter) and the least recently used
-graph is dropped beyond `max_graphs`. A failed capture raises `paths.GraphCaptureError` naming the case
-(`paths.capturing`: the process is left on the stream it was on).
+graph is dropped beyond `max_graphs`. A failed capture raises `execution.GraphCaptureError` naming the case
+(`execution.capturing`: the process is left on the stream it was on).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable, Hashable
 
 import torch
 
-from perfsuite.device import GRAPH_UNROLL_CAP
 from perfsuite.draft.loop import DraftLoop, DraftTree
-from perfsuite.paths import GraphCaptureError, capturing, first_line, warm_up
+from perfsuite.measure.device import GRAPH_UNROLL_CAP
+from perfsuite.measure.execution import GraphCaptureError, capturing, first_line, warm_up
 
 DEFAULT_MAX_GRAPHS = 8
 WARMUP_CYCLES = 3

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfsuite import inputs
+from perfsuite.scenario import inputs
 
 HEAD_LOGITS = ("head", "near_ties", "ties")
 LOGIT_STD = {"head": 2.5, "near_ties": 0.1, "ties": 2.5}

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from perfsuite import inputs, kernels, memory, paths, timing, variants
-from perfsuite.case_runner import run_case
-from perfsuite.device import DeviceInfo
+from perfsuite import kernels, variants
+from perfsuite.cases.protocol import run_case
 from perfsuite.draft import consumer
 from perfsuite.draft.clock import cycle_sampler, device_sampler
 from perfsuite.draft.counting import count_kernels
@@ -23,9 +22,12 @@ from perfsuite.draft.graph import GraphCache, graph_body, timing_unroll
 from perfsuite.draft.head import DraftHead, HeadConfig, inputs_for
 from perfsuite.draft.loop import DraftLoop, DraftTree, LoopConfig, Traced, constant_select, reference_select
 from perfsuite.draft.spec import DraftCase, expand_draft, upcast_name
-from perfsuite.progress import progress_bar
-from perfsuite.scenario import Scenario
-from perfsuite.schema import DRAFT_COLUMNS
+from perfsuite.measure import execution, memory, timing
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.measure.progress import progress_bar
+from perfsuite.results.schema import DRAFT_COLUMNS
+from perfsuite.scenario import inputs
+from perfsuite.scenario.load import Scenario
 from perfsuite.variants.base import Selector, dtype_names
 
 NAN = float("nan")
@@ -155,7 +157,7 @@ class DraftRunner:
             loop.problem()
             or variant.unclaimed_k(loop.topk)
             or variant.available(self.device)
-            or paths.unavailable(case.path, self.device)
+            or execution.unavailable(case.path, self.device)
         )
         if reason:
             return reason
@@ -215,15 +217,15 @@ class DraftRunner:
 
             return run_compiled, lambda: fn(tokens, hidden), None
         if case.path == "graph":
-            reason = paths.unavailable("graph", self.device)
+            reason = execution.unavailable("graph", self.device)
             if reason:
-                raise paths.GraphCaptureError(reason)
+                raise execution.GraphCaptureError(reason)
             graph = self._graph_cache(case).get(
                 loop, case.batch, (case.head, case.loop, case.variant), case.case_id
             )
             graph.load(tokens, hidden)
             return graph, graph.replay, graph_body(graph, loop)
-        raise ValueError(f"unknown path {case.path!r}; known: {', '.join(paths.PATHS)}")
+        raise ValueError(f"unknown path {case.path!r}; known: {', '.join(execution.PATHS)}")
 
     def _graph_cache(self, case: DraftCase) -> GraphCache:
         """The graph cache, holding at least two graphs (a case's and its no-op twin's)."""
@@ -237,7 +239,7 @@ class DraftRunner:
     def _compiled_cycle(self, case: DraftCase, loop: DraftLoop) -> Callable:
         key = (case.config_key, case.variant)
         if key not in self._compiled:
-            paths.set_compile_limits()
+            execution.set_compile_limits()
             self._compiled[key] = torch.compile(loop.cycle_tuple, dynamic=False)
         return self._compiled[key]
 

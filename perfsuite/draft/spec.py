@@ -33,18 +33,30 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-from perfsuite import checks, inputs, variants
+from perfsuite import variants
 from perfsuite.draft.head import HEAD_LOGITS, HeadConfig
 from perfsuite.draft.loop import LoopConfig
-from perfsuite.paths import PATHS
-from perfsuite.settings import Timing
+from perfsuite.measure.execution import PATHS
+from perfsuite.scenario import inputs, validate
+from perfsuite.scenario.settings import Timing
 
-if TYPE_CHECKING:
-    from perfsuite.scenario import Scenario
+
+class ScenarioLike(Protocol):
+    """What the draft tables read of a scenario (`perfsuite.scenario.load.Scenario`, whose loader calls
+    `parse_draft`: this module sits below it and names no type of it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def timing(self) -> Timing: ...
+    @property
+    def extra(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -108,31 +120,31 @@ def upcast_name(loop: LoopConfig) -> str:
 # ---------------------------------------------------------------------------------------------- checks
 
 
-CHECKS: dict[str, checks.Check] = {
-    "variants": checks.selectors(variants.names),
-    "paths": checks.names(lambda: list(PATHS), "path"),
-    "dtypes": checks.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
-    "vocab": checks.ints(2),
-    "hidden": checks.ints(8),
-    "batch": checks.ints(1),
-    "topk": checks.ints(1, 64),
-    "num_steps": checks.ints(1, 16),
-    "num_draft_tokens": checks.ints(2, auto=True),
-    "logits": checks.names(lambda: list(HEAD_LOGITS), "logits behaviour"),
-    "upcast": checks.names(lambda: list(UPCASTS), "upcast"),
-    "layers": checks.scalar("an integer from 1 to 4", lambda v: checks.is_int(v) and 1 <= v <= 4),
-    "cycles": checks.scalar("an integer from 1 to 1000", lambda v: checks.is_int(v) and 1 <= v <= 1000),
-    "seed": checks.scalar("an integer >= 0", lambda v: checks.is_int(v) and v >= 0),
-    "max_graphs": checks.scalar("an integer from 2 to 256", lambda v: checks.is_int(v) and 2 <= v <= 256),
-    "kernels": checks.scalar("true or false", lambda v: isinstance(v, bool)),
-    "selection_share": checks.scalar("true or false", lambda v: isinstance(v, bool)),
+CHECKS: dict[str, validate.Check] = {
+    "variants": validate.selectors(variants.names),
+    "paths": validate.names(lambda: list(PATHS), "path"),
+    "dtypes": validate.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
+    "vocab": validate.ints(2),
+    "hidden": validate.ints(8),
+    "batch": validate.ints(1),
+    "topk": validate.ints(1, 64),
+    "num_steps": validate.ints(1, 16),
+    "num_draft_tokens": validate.ints(2, auto=True),
+    "logits": validate.names(lambda: list(HEAD_LOGITS), "logits behaviour"),
+    "upcast": validate.names(lambda: list(UPCASTS), "upcast"),
+    "layers": validate.scalar("an integer from 1 to 4", lambda v: validate.is_int(v) and 1 <= v <= 4),
+    "cycles": validate.scalar("an integer from 1 to 1000", lambda v: validate.is_int(v) and 1 <= v <= 1000),
+    "seed": validate.scalar("an integer >= 0", lambda v: validate.is_int(v) and v >= 0),
+    "max_graphs": validate.scalar("an integer from 2 to 256", lambda v: validate.is_int(v) and 2 <= v <= 256),
+    "kernels": validate.scalar("true or false", lambda v: isinstance(v, bool)),
+    "selection_share": validate.scalar("true or false", lambda v: isinstance(v, bool)),
 }
 
 
 def _sweep(source: str, where: str, raw: Any) -> DraftSweep:
     if not isinstance(raw, dict):
-        raise checks.fail(source, where, f"expected a table, got {raw!r}")
-    checks.unknown_keys(source, where, raw, CHECKS)
+        raise validate.fail(source, where, f"expected a table, got {raw!r}")
+    validate.unknown_keys(source, where, raw, CHECKS)
     return DraftSweep(**{key: CHECKS[key](source, f"{where}.{key}", value) for key, value in raw.items()})
 
 
@@ -140,12 +152,12 @@ def parse_draft(raw: Any, source: str) -> tuple[DraftSweep, ...]:
     """Validate a raw `[draft]` table or `[[draft]]` array of tables; `ScenarioError` on any problem."""
     if isinstance(raw, list):
         if not raw:
-            raise checks.fail(source, "[[draft]]", "expected at least one table")
+            raise validate.fail(source, "[[draft]]", "expected at least one table")
         return tuple(_sweep(source, f"[draft#{i + 1}]", table) for i, table in enumerate(raw))
     return (_sweep(source, "[draft]", raw),)
 
 
-def draft_sweeps(scenario: Scenario) -> tuple[DraftSweep, ...]:
+def draft_sweeps(scenario: ScenarioLike) -> tuple[DraftSweep, ...]:
     """The scenario's draft sweeps (none when it has no `[draft]` table)."""
     raw = scenario.extra.get("draft")
     return () if raw is None else parse_draft(raw, scenario.source)
@@ -158,7 +170,7 @@ def draft_tokens_for(value: int | str, topk: int, num_steps: int) -> int:
     return min(num_steps * topk, LoopConfig(topk, num_steps, 2).candidates) + 1
 
 
-def expand_draft(scenario: Scenario) -> list[DraftCase]:
+def expand_draft(scenario: ScenarioLike) -> list[DraftCase]:
     """All draft cases, ordered so that cases sharing a head and inputs run back to back."""
     cases: dict[str, DraftCase] = {}
     for sweep in draft_sweeps(scenario):

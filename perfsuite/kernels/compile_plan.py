@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import torch
 
 from perfsuite import variants
-from perfsuite.inputs import dtype_name, dtype_of
 from perfsuite.kernels import plan as plans
-from perfsuite.scenario import Case, Scenario
+from perfsuite.scenario.inputs import dtype_name, dtype_of
+from perfsuite.scenario.load import Case, Scenario
 
 PlanFor = Callable[[int, int, int, torch.dtype, plans.Hardware], plans.Plan]
 
@@ -137,10 +137,10 @@ def candidate_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
 
 
 def edge_matrix_units(scenario: Scenario, hw: plans.Hardware) -> list[Warmup]:
-    """The edge-case matrix `perfsuite run` makes after the sweep (`runner.EDGE_TOPK`, the sweep's dtypes,
+    """The edge-case matrix `perfsuite run` makes after the sweep (`edge_cases.EDGE_TOPK`, the sweep's dtypes,
     its single-device variants) on `edge_cases.edge_logits`."""
-    from perfsuite import edge_cases
-    from perfsuite.runner import EDGE_TOPK
+    from perfsuite.correctness import edge_cases
+    from perfsuite.correctness.edge_cases import EDGE_TOPK
 
     plan_for = plan_functions()
     names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if v in plan_for))

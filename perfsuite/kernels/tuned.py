@@ -22,12 +22,12 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
-from perfsuite.device import DeviceInfo
-from perfsuite.inputs import dtype_of
 from perfsuite.kernels import plan as plans
+from perfsuite.scenario.inputs import dtype_of
 
 PLANS_ENV = "PERFSUITE_PLANS"
 PACKAGED = Path(__file__).with_name("tuned")
@@ -178,6 +178,16 @@ def _best_plan(
     return entry.best.plan_for(batch, vocab, k, hw, dtype.itemsize)
 
 
-def default_path(info: DeviceInfo) -> Path:
+class Device(Protocol):
+    """What `default_path` reads of a `perfsuite.measure.device.DeviceInfo` (the measure layer sits above
+    the kernels)."""
+
+    @property
+    def device(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+def default_path(info: Device) -> Path:
     """Where `perfsuite tune` files a device's table by default: the packaged tables, by device name."""
     return PACKAGED / f"{slug(plans.hardware(info.device).name or info.name)}.json"

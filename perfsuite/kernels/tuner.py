@@ -20,15 +20,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perfsuite import parity, paths, timing
-from perfsuite.device import DeviceInfo
-from perfsuite.environment import package_version
-from perfsuite.inputs import dtype_of
-from perfsuite.kernel_case import KernelCaseRunner
+from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.correctness import parity
 from perfsuite.kernels import plan as plans
 from perfsuite.kernels.tuned import Entry, Tunables, TunedTable
-from perfsuite.rows import one_line
-from perfsuite.scenario import Case
+from perfsuite.measure import execution, timing
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.measure.environment import package_version
+from perfsuite.results.rows import one_line
+from perfsuite.scenario.inputs import dtype_of
+from perfsuite.scenario.load import Case
 
 FUSED_WARPS = (4, 8, 16)
 FUSED_BYTES_PER_THREAD = (16, 32, 64)
@@ -89,7 +90,9 @@ def time_candidate(case: Case, tunables: Tunables, inputs: KernelCaseRunner, hw:
     plan = tunables.plan_for(case.batch, case.vocab, case.topk, hw, logits.element_size())
     timed = Timed(tunables, plan)
     try:
-        prepared = paths.prepare(case.path, lambda x, k: topk_softmax.run_plan(x, k, plan), logits, case.topk)
+        prepared = execution.prepare(
+            case.path, lambda x, k: topk_softmax.run_plan(x, k, plan), logits, case.topk
+        )
         ref, _ = inputs.truth(case)
         check = parity.check("exact", *prepared.run(), ref)
         if check.verdict != "pass":

@@ -42,11 +42,11 @@ from pathlib import Path
 import torch
 
 from perfsuite import kernels
-from perfsuite.inputs import dtype_of
-from perfsuite.interrupts import interruptible
 from perfsuite.kernels import compile_plan, launch_log
 from perfsuite.kernels import plan as plans
-from perfsuite.scenario import Case, Scenario
+from perfsuite.measure.interrupts import interruptible
+from perfsuite.scenario.inputs import dtype_of
+from perfsuite.scenario.load import Case, Scenario
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 
@@ -67,7 +67,7 @@ def warm_units(cases: Iterable[Case], hw: plans.Hardware, tune: bool = False) ->
 def scenario_units(scenario: Scenario, hw: plans.Hardware, tune: bool = False) -> list[list[Warmup]]:
     """A scenario's launches as `perfsuite run` makes them: with `tune` the candidate plans first, then
     the sweep's cases, the edge-case matrix after them, the draft cases."""
-    from perfsuite.scenario import expand
+    from perfsuite.scenario.load import expand
 
     cases = expand(scenario)
     sources = [compile_plan.candidate_units(cases, hw)] if tune else []
@@ -242,7 +242,7 @@ def _plan(args: argparse.Namespace, device: torch.device) -> tuple[list[Warmup],
     """The distinct units of everything asked for (candidates, scenarios, battery, in that order), those
     listed in `--keys` left out; and the launches they cover."""
     from perfsuite.conformance.battery import dtype_of as battery_dtype
-    from perfsuite.scenario import load
+    from perfsuite.scenario.load import load
 
     hw = plans.hardware(device)
     sources = [compile_plan.candidate_units(_cases(load(path)), hw) for path in args.candidates]
@@ -258,7 +258,7 @@ def _plan(args: argparse.Namespace, device: torch.device) -> tuple[list[Warmup],
 
 
 def _cases(scenario: Scenario) -> list[Case]:
-    from perfsuite.scenario import expand
+    from perfsuite.scenario.load import expand
 
     return expand(scenario)
 
@@ -283,8 +283,8 @@ def _keep_key(path: Path | None) -> Callable[[Finished], None]:
 
 
 def _warm_all(args: argparse.Namespace, start: float) -> int:
-    from perfsuite.device import resolve_device
-    from perfsuite.scenario import ScenarioError, load
+    from perfsuite.measure.device import resolve_device
+    from perfsuite.scenario.load import ScenarioError, load
 
     try:
         first = args.scenario[:1] or args.candidates[:1]

@@ -12,7 +12,7 @@ how to install it; the report is then written with every table and a note in pla
 from __future__ import annotations
 
 from perfsuite.report.html import build_report
-from perfsuite.report.load import coerce, load_many, load_results
 from perfsuite.report.plots import plots_available
+from perfsuite.results.read import coerce, load_many, load_results
 
 __all__ = ["build_report", "coerce", "load_many", "load_results", "plots_available"]

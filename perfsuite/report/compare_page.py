@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfsuite.compare import (
+from perfsuite.compare.match import (
     FAILING,
     Comparison,
     bytes_ratio,
@@ -24,11 +24,11 @@ from perfsuite.compare import (
     unstable_sides,
     verdicts,
 )
-from perfsuite.rank_test import ALPHA
+from perfsuite.compare.rank_sum import ALPHA
+from perfsuite.measure.timing import UNSTABLE_SPREAD
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import REPORT_LAYOUT, Block, Cell, Note, Section, Table, figure_block
 from perfsuite.report.page import render_page
-from perfsuite.timing import UNSTABLE_SPREAD
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

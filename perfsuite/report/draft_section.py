@@ -21,7 +21,7 @@ import pandas as pd
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import Block, Cell, Note, Section, Subsection, Table, figure_block, guard
 from perfsuite.report.page import render_fragment
-from perfsuite.schema import BASELINE
+from perfsuite.results.schema import BASELINE
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -11,7 +11,7 @@ from perfsuite.report.kernel_context import variant_order
 
 
 def section(edge_cases: pd.DataFrame | None) -> Section | None:
-    """The edge-case matrix (`perfsuite.edge_cases` rows) as a section; None without a matrix."""
+    """The edge-case matrix (`perfsuite.correctness.edge_cases` rows) as a section; None without a matrix."""
     if edge_cases is None:
         return None
     intro = (

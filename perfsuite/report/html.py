@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.machine import SHARED_CORES
+from perfsuite.measure.machine import SHARED_CORES
+from perfsuite.measure.timing import UNSTABLE_SPREAD
 from perfsuite.report import (
     draft_section,
     edge_case_section,
@@ -26,7 +27,6 @@ from perfsuite.report import (
 from perfsuite.report.blocks import Note, Section
 from perfsuite.report.kernel_context import UNSTABLE_MARK, Context
 from perfsuite.report.page import render_page
-from perfsuite.timing import UNSTABLE_SPREAD
 
 DEFAULT_TITLE = "perfsuite: top-k selection of the draft step"
 REPORT_AGAIN = "`perfsuite report DIR/results.csv` (DIR: the run's folder)"

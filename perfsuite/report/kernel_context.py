@@ -15,10 +15,10 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from perfsuite.measure.timing import UNSTABLE_SPREAD
 from perfsuite.report import formatting as fmt
-from perfsuite.report.load import coerce
-from perfsuite.schema import BASELINE, BASELINES, add_speedups
-from perfsuite.timing import UNSTABLE_SPREAD
+from perfsuite.results.read import coerce
+from perfsuite.results.schema import BASELINE, BASELINES, add_speedups
 
 INEXACT_SHORTCUT = "argmax_ones"
 LOWEST_INDEX_IDENTITY = "identity"

@@ -1,7 +1,7 @@
 """The report's section on the inputs themselves: per logits kind and dtype, the distribution's shape (mean
-top-1 probability, mean entropy, exact ties at the top and at the k-th place, `perfsuite.logits_shape`),
-so a reader can tell which generated kind resembles a model's logits (a `file:` kind), and which
-generated kind is closest to each file.
+top-1 probability, mean entropy, exact ties at the top and at the k-th place,
+`perfsuite.correctness.logits_shape`), so a reader can tell which generated kind resembles a model's
+logits (a `file:` kind), and which generated kind is closest to each file.
 
 Every row of one logits tensor carries the same figures (the k-th-place ties: the same per k): each tensor
 counts once, and figures over several tensors (batches, vocabularies, devices) are means weighted by their

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from perfsuite.measure.timing import UNSTABLE_SPREAD
 from perfsuite.report.kernel_context import (
     PAIRING_TEXT,
     UNSTABLE_MARK,
@@ -31,9 +32,8 @@ from perfsuite.report.kernel_context import (
     speedup_pairs,
     tie_policy,
 )
-from perfsuite.report.load import coerce, load_many, run_notes
-from perfsuite.schema import BASELINE, add_speedups
-from perfsuite.timing import UNSTABLE_SPREAD
+from perfsuite.results.read import coerce, load_many, run_notes
+from perfsuite.results.schema import BASELINE, add_speedups
 
 CASE = ["device", "path", "dtype", "vocab", "batch", "topk"]
 """The case keys every summary has; `case_keys` adds run and l2 where they vary."""

@@ -29,9 +29,9 @@ from perfsuite.simulated_gpu.profiles import LABEL, PROFILES, Profile, profile
 
 ENV = "PERFSUITE_SIMULATED_GPU"
 CACHED = (
-    ("perfsuite.device", "detect"),
-    ("perfsuite.memory", "copy_gbps"),
-    ("perfsuite.timing", "_flush_buffer"),
+    ("perfsuite.measure.device", "detect"),
+    ("perfsuite.measure.memory", "copy_gbps"),
+    ("perfsuite.measure.timing", "_flush_buffer"),
     ("perfsuite.kernels.plan", "_cuda_hardware"),
 )
 """Functions whose cached answers depend on the device, cleared when the simulation comes or goes."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from perfsuite import machine
+from perfsuite.measure import machine
 from perfsuite.simulated_gpu.profiles import Profile
 
 LOG_LENGTH = 4096

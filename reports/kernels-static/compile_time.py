@@ -35,9 +35,9 @@ def main() -> None:
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")  # nothing compiled yet
     os.environ.pop("TRITON_INTERPRET", None)
 
-    from perfsuite.inputs import dtype_of
     from perfsuite.kernels import resources, warm
-    from perfsuite.scenario import expand, load
+    from perfsuite.scenario.inputs import dtype_of
+    from perfsuite.scenario.load import expand, load
 
     target = resources.TARGETS[args.target]
     units, launches = warm.warm_units(expand(load(args.scenario)), target.hardware, args.tune)

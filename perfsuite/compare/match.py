@@ -9,7 +9,7 @@ Noise rule, for a case timed in both runs, with ratio = new median / base median
 - past it, and the base or the new row is `unstable` (p20-p80 spread above `timing.UNSTABLE_SPREAD` of its
   median; derived from p20/p80 where a file has no `unstable` column): `noisy`, never slower nor faster;
 - past it, both runs' raw samples at hand (`samples.jsonl` beside the results) and enough of them for the
-  test to reach `rank_test.ALPHA`: `slower` (`faster`) when the two-sided Mann-Whitney U test gives
+  test to reach `rank_sum.ALPHA`: `slower` (`faster`) when the two-sided Mann-Whitney U test gives
   p < ALPHA and the new samples rank above (below) the base ones, else `noisy`;
 - past it, without usable samples but with p20/p80 on both rows: `slower` when the new p20 is above the
   base p80 (the middle 60 % of the two runs' samples do not overlap), `faster` mirrored, else `noisy`;
@@ -20,8 +20,8 @@ run-to-run noise in this comparison, or its whole variant shifted; else it is `n
 `drift_line` states the median ratio over every timed case: a whole run slower than the other points at
 the machine (load, clocks), and is said, never subtracted from the verdicts.
 Parity: a verdict that got worse (pass < inexact < fail) is a regression whatever the time, and so is a case
-that ran in the base and errors in the new run. Inputs: anything `report.load_results` reads (the suite's
-csv/json/jsonl, a run folder, pytest-benchmark JSON whose entries carry a result row), or a plain
+that ran in the base and errors in the new run. Inputs: anything `results.read.load_results` reads
+(the suite's csv/json/jsonl, a run folder, pytest-benchmark JSON whose entries carry a result row), or a plain
 pytest-benchmark JSON (matched by benchmark name; its quartiles stand in for p20/p80).
 """
 
@@ -36,11 +36,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfsuite import run_noise, shards
-from perfsuite.rank_test import ALPHA, mann_whitney_u, smallest_p_value
-from perfsuite.report.load import load_results, load_samples
-from perfsuite.schema import BASELINES, CASE_KEYS
-from perfsuite.timing import UNSTABLE_SPREAD
+from perfsuite.compare import run_noise
+from perfsuite.compare.rank_sum import ALPHA, mann_whitney_u, smallest_p_value
+from perfsuite.measure.timing import UNSTABLE_SPREAD
+from perfsuite.results import sweep_shards
+from perfsuite.results.read import load_results, load_samples
+from perfsuite.results.schema import BASELINES, CASE_KEYS
 
 KEYS = (*CASE_KEYS, "device")
 VERDICT_RANK = {"pass": 0, "inexact": 1, "fail": 2}
@@ -101,7 +102,7 @@ def load_side(path: str | Path) -> pd.DataFrame:
     lies beside the results (or inside the run folder); `ValueError` (message starts with the file) when
     it cannot be read."""
     path = Path(path)
-    merged = shards.load([path])
+    merged = sweep_shards.load([path])
     if merged is not None:  # a sharded run's --out: its shards as one run
         return with_samples(_normalized(merged.frame), _samples_by_case(merged.samples))
     try:
@@ -294,7 +295,7 @@ def _rule(row: pd.Series) -> str:
 
 
 def _rank_tests(table: pd.DataFrame) -> pd.DataFrame:
-    """p_value and new_larger (`rank_test.RankTest`) where both rows carry raw samples, else NaN; and the
+    """p_value and new_larger (`rank_sum.RankTest`) where both rows carry raw samples, else NaN; and the
     sample counts behind them."""
     out = pd.DataFrame(
         math.nan, index=table.index, columns=["p_value", "new_larger", "base_raw_samples", "new_raw_samples"]

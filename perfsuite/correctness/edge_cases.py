@@ -12,9 +12,10 @@ import pandas as pd
 import torch
 
 from perfsuite import variants
-from perfsuite.inputs import dtype_name
-from perfsuite.parity import tolerance
+from perfsuite.correctness.parity import tolerance
+from perfsuite.scenario.inputs import dtype_name
 
+EDGE_TOPK = (1, 4)  # the k of the edge-case matrix `perfsuite run` makes after the sweep
 EDGE_VOCAB = 1031  # misaligned, larger than one small block, small enough for the Triton interpreter
 
 Pattern = Callable[[torch.Tensor, torch.dtype], None]

@@ -1,5 +1,5 @@
 """The files a run leaves behind: the row log (`results.jsonl`) and the tables (`results.csv`, `.json`),
-in the schema of `perfsuite.schema`."""
+in the schema of `perfsuite.results.schema`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.schema import RESULT_COLUMNS
+from perfsuite.results.schema import RESULT_COLUMNS
 
 
 def to_frame(rows: Iterable[dict[str, object]]) -> pd.DataFrame:

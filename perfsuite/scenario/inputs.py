@@ -1,5 +1,5 @@
 """Logits generators: the distributions a draft head produces, and the ones that break selectors; and
-logits read from files (`file:NAME` kinds, `perfsuite.logits_files`)."""
+logits read from files (`file:NAME` kinds, `perfsuite.scenario.logits_files`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from perfsuite import logits_files
-from perfsuite.logits_files import LogitsSource
+from perfsuite.scenario import logits_files
+from perfsuite.scenario.logits_files import LogitsSource
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite import edge_cases, inputs, machine, run_dir, shards, threads
-from perfsuite.case_runner import SAMPLES
-from perfsuite.device import DeviceInfo, detect
-from perfsuite.environment import environment, gpu_state
-from perfsuite.kernel_case import KernelCaseRunner
-from perfsuite.progress import progress_bar
-from perfsuite.results import ResultsLog, to_frame, write_tables
-from perfsuite.scenario import Case, Scenario, expand
-from perfsuite.schema import DRAFT_COLUMNS, add_speedups
-
-EDGE_TOPK = (1, 4)
+from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.cases.protocol import SAMPLES
+from perfsuite.correctness import edge_cases
+from perfsuite.measure import machine, threads
+from perfsuite.measure.device import DeviceInfo, detect
+from perfsuite.measure.environment import environment, gpu_state
+from perfsuite.measure.progress import progress_bar
+from perfsuite.results import run_dir, sweep_shards
+from perfsuite.results.schema import DRAFT_COLUMNS, add_speedups
+from perfsuite.results.write import ResultsLog, to_frame, write_tables
+from perfsuite.scenario import inputs
+from perfsuite.scenario.load import Case, Scenario, expand
 
 
 @dataclass
@@ -54,13 +55,13 @@ def run_scenario(
     counters: bool = False,
     only: str | None = None,
     label: str | None = None,
-    shard: shards.Shard | None = None,
+    shard: sweep_shards.Shard | None = None,
 ) -> RunOutcome:
     """Run every case of a scenario into `out_dir`: results.jsonl as it goes, then CSV, JSON and HTML.
 
     The variants of one shape and path are sampled in turn (`KernelCaseRunner.run_in_turn`). `only`: a
-    glob on case ids. `shard`: only that shard's cases (`perfsuite.shards`; the edge-case matrix runs in
-    shard 0 only), recorded in `run.json`. `counters`: also measure each ok case's HBM bytes with the
+    glob on case ids. `shard`: only that shard's cases (`perfsuite.results.sweep_shards`; the edge-case matrix
+    runs in shard 0 only), recorded in `run.json`. `counters`: also measure each ok case's HBM bytes with the
     vendor's counter tool (slow; see counters.py). Raises `run_dir.RunRefused` when another run holds
     `out_dir`, or `resume` meets a log of other settings or of another shard; without `resume`, an
     earlier run's files move to `out_dir/earlier/`.
@@ -77,7 +78,7 @@ def _run(
     counters: bool,
     only: str | None,
     label: str | None,
-    shard: shards.Shard | None,
+    shard: sweep_shards.Shard | None,
 ) -> RunOutcome:
     from perfsuite.draft import expand_draft, run_draft
 
@@ -111,15 +112,17 @@ def _run(
         manifest["shard"] = {"index": shard.index, "count": shard.count}
     run_dir.write_manifest(out_dir, manifest)
     chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
-    mine = shards.select(expand(scenario), unit_of, shard)
+    mine = sweep_shards.select(expand(scenario), unit_of, shard)
     todo = [case for case in mine if case.case_id not in done and chosen(case.case_id)]
     single = [case for case in todo if not is_tensor_parallel(case)]
     parallel = [case for case in todo if is_tensor_parallel(case)]
-    my_drafts = shards.select(expand_draft(scenario), lambda c: getattr(c, "config_key", c.case_id), shard)
+    my_drafts = sweep_shards.select(
+        expand_draft(scenario), lambda c: getattr(c, "config_key", c.case_id), shard
+    )
     drafts = [c for c in my_drafts if c.case_id not in draft_done and chosen(c.case_id)]
     collector = None
     if counters:
-        from perfsuite.counters import CounterCollector
+        from perfsuite.tools.counters import CounterCollector
 
         collector = CounterCollector(info, scenario.source, out_dir / "counters")
     runner = KernelCaseRunner(info, env, counters=collector)
@@ -264,11 +267,11 @@ def finish(
     names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if not is_tp_variant(v)))
     if names and edge_matrix and not interrupted:
         dtypes = list(dict.fromkeys(inputs.dtype_of(d) for s in scenario.sweeps for d in s.dtypes))
-        edges = edge_cases.matrix(dtypes, EDGE_TOPK, names, info.device)
+        edges = edge_cases.matrix(dtypes, edge_cases.EDGE_TOPK, names, info.device)
         files["edge_cases"] = out_dir / "edge_cases.csv"
         edges.to_csv(files["edge_cases"], index=False)
     from perfsuite.report import build_report
-    from perfsuite.report.load import load_samples
+    from perfsuite.results.read import load_samples
 
     files["html"] = build_report(
         frame,

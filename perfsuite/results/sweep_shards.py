@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import pandas as pd
 
-from perfsuite import inputs
+from perfsuite.scenario import inputs
 
 T = TypeVar("T")
 MANIFEST = "run.json"
@@ -231,7 +231,7 @@ class MergedRun:
 def load(paths: Sequence[str | Path]) -> MergedRun | None:
     """The shard folders among `paths` (folders of shard folders expanded) read as one run; None when
     no path is a shard. `ShardError` as `merge`; a results file that cannot be read: `ValueError`."""
-    from perfsuite.report.load import load_many, load_samples, run_notes
+    from perfsuite.results.read import load_many, load_samples, run_notes
 
     merged = merge(expand(paths))
     if merged is None:

@@ -8,8 +8,10 @@ from datetime import datetime, timezone
 
 import torch
 
-from perfsuite import inputs, machine, memory, timing, variants
-from perfsuite.scenario import Case
+from perfsuite import variants
+from perfsuite.measure import machine, memory, timing
+from perfsuite.scenario import inputs
+from perfsuite.scenario.load import Case
 
 
 def one_line(exc: BaseException) -> str:

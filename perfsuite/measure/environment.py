@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from perfsuite import machine, memory
-from perfsuite.device import DeviceInfo
+from perfsuite.measure import machine, memory
+from perfsuite.measure.device import DeviceInfo
 
 
 def package_version(name: str) -> str:

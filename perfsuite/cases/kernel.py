@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from perfsuite import inputs, memory, parity, paths, timing, variants
-from perfsuite.case_runner import Timed, run_case, run_in_turn
-from perfsuite.device import DeviceInfo
-from perfsuite.logits_shape import ShapeMemo
-from perfsuite.rows import case_row, figures, launch_of
-from perfsuite.scenario import Case
+from perfsuite import variants
+from perfsuite.cases.protocol import Timed, run_case, run_in_turn
+from perfsuite.correctness import parity
+from perfsuite.correctness.logits_shape import ShapeMemo
+from perfsuite.measure import execution, memory, timing
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.results.rows import case_row, figures, launch_of
+from perfsuite.scenario import inputs
+from perfsuite.scenario.load import Case
 
 
 @dataclass
@@ -71,7 +74,7 @@ class KernelCaseRunner:
             variant.unclaimed_k(case.topk)
             or variant.available(self.device)
             or variant.untimed(self.device)
-            or paths.unavailable(case.path, self.device)
+            or execution.unavailable(case.path, self.device)
         )
         if reason:
             return reason
@@ -103,12 +106,12 @@ class KernelCaseRunner:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def prepare(self, case: Case) -> tuple[paths.PreparedCall, parity.Parity, int]:
+    def prepare(self, case: Case) -> tuple[execution.PreparedCall, parity.Parity, int]:
         """Bind the case on its path, check its outputs' parity and measure its peak temporary memory."""
         variant = variants.get(case.variant)
         logits = self.logits(case)
         ref, baseline = self.truth(case)
-        prepared = paths.prepare(case.path, variant.select, logits, case.topk)
+        prepared = execution.prepare(case.path, variant.select, logits, case.topk)
         topk_p, topk_index = prepared.run()
         check = parity.check(variant.accuracy, topk_p, topk_index, ref, baseline)
         # a graph replay allocates nothing (its temporaries live in the graph's pool): measure the

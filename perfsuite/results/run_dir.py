@@ -24,8 +24,8 @@ from pathlib import Path
 
 import filelock
 
-from perfsuite.scenario import Scenario
-from perfsuite.shards import Shard, shard_of
+from perfsuite.results.sweep_shards import Shard, shard_of
+from perfsuite.scenario.load import Scenario
 
 LOGS = ("results.jsonl", "draft.jsonl", "samples.jsonl")
 DERIVED = ("results.csv", "results.json", "draft.csv", "edge_cases.csv", "report.html", "machine.json")

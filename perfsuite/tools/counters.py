@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 if TYPE_CHECKING:  # torch-free at import
-    from perfsuite.device import DeviceInfo
-    from perfsuite.scenario import Case
+    from perfsuite.measure.device import DeviceInfo
+    from perfsuite.scenario.load import Case
 
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 ROCPROF_COUNTERS = ("FETCH_SIZE", "WRITE_SIZE")  # KiB fetched from / written to video memory
@@ -246,7 +246,7 @@ def ncu_command(tool: Tool, case: Case, child: list[str], report: Path) -> list[
     """Profile the kernels of the case's NVTX range with the cache as the call leaves it between kernels
     (a cold call starts after perfsuite's flush, outside the range), at the clocks the GPU runs at (not
     ncu's default of locking them at base)."""
-    from perfsuite.profiling import range_name
+    from perfsuite.tools.profiling import range_name
 
     return [
         tool.path,
@@ -336,7 +336,8 @@ class CounterCollector:
         return [*command, "--device", self.info.device, *(["--roctx-region"] if roctx else [])]
 
     def __call__(self, case: Case) -> dict[str, object]:
-        from perfsuite import inputs, variants
+        from perfsuite import variants
+        from perfsuite.scenario import inputs
 
         dtype = inputs.dtype_of(case.dtype)
         traffic = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype)
@@ -367,7 +368,7 @@ class CounterCollector:
 
     def measure(self, tool: Tool, case: Case) -> tuple[Measured, str]:
         """Run the case under the tool and read its CSV; the bytes and a note on how they were taken."""
-        from perfsuite.profiling import run_name
+        from perfsuite.tools.profiling import run_name
 
         folder = self.out_dir / run_name(case)
         folder.mkdir(parents=True, exist_ok=True)

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from perfsuite import machine, timing
-from perfsuite.rows import failure, stamp
-from perfsuite.settings import Timing
+from perfsuite.measure import machine, timing
+from perfsuite.results.rows import failure, stamp
+from perfsuite.scenario.settings import Timing
 
 CaseT = TypeVar("CaseT", contravariant=True)
 

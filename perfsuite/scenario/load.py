@@ -16,7 +16,7 @@ A scenario names what to sweep and how to time it:
     reps = 100
     [inputs]
     seed = 0
-    [inputs.files]               # logits read from files (perfsuite.logits_files), relative to this file
+    [inputs.files]               # logits read from files (perfsuite.scenario.logits_files), relative here
     draft_head = "data/draft_head_logits.pt"   # or { path = "dumps/", tensor = "logits" }
 
 A sweep with `file:` kinds runs at its files' V: leave its `vocab` out (or give only that V), and give
@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite import checks, inputs, logits_files, variants
-from perfsuite.checks import ScenarioError
-from perfsuite.paths import PATHS
-from perfsuite.settings import Inputs, Timing
+from perfsuite import variants
+from perfsuite.measure.execution import PATHS
+from perfsuite.scenario import inputs, logits_files, validate
+from perfsuite.scenario.settings import Inputs, Timing
+from perfsuite.scenario.validate import ScenarioError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -121,27 +122,31 @@ def _load_selector(name: str) -> object | None:
 
 
 SWEEP_CHECKS = {
-    "variants": checks.selectors(_all_variant_names, _load_selector),
-    "paths": checks.names(lambda: list(PATHS), "path"),
-    "dtypes": checks.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
-    "vocab": checks.ints(1),
-    "batch": checks.ints(0),
-    "topk": checks.ints(1),
-    "logits": checks.names(lambda: list(inputs.KINDS), "logits kind"),
-    "tp": checks.ints(1),
+    "variants": validate.selectors(_all_variant_names, _load_selector),
+    "paths": validate.names(lambda: list(PATHS), "path"),
+    "dtypes": validate.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
+    "vocab": validate.ints(1),
+    "batch": validate.ints(0),
+    "topk": validate.ints(1),
+    "logits": validate.names(lambda: list(inputs.KINDS), "logits kind"),
+    "tp": validate.ints(1),
 }
 
 
-def _int_at_least(minimum: int) -> checks.Check:
-    return checks.scalar(f"an integer >= {minimum}", lambda v: checks.is_int(v) and v >= minimum)
+def _int_at_least(minimum: int) -> validate.Check:
+    return validate.scalar(f"an integer >= {minimum}", lambda v: validate.is_int(v) and v >= minimum)
 
 
 TIMING_CHECKS = {
     "warmup": _int_at_least(0),
     "reps": _int_at_least(1),
-    "max_seconds": checks.scalar("a number of seconds > 0", lambda v: checks.is_number(v) and v > 0, float),
-    "l2": checks.scalar("'cold' or 'hot'", lambda v: v in ("cold", "hot")),
-    "graph_unroll": checks.scalar("an integer from 1 to 1000", lambda v: checks.is_int(v) and 1 <= v <= 1000),
+    "max_seconds": validate.scalar(
+        "a number of seconds > 0", lambda v: validate.is_number(v) and v > 0, float
+    ),
+    "l2": validate.scalar("'cold' or 'hot'", lambda v: v in ("cold", "hot")),
+    "graph_unroll": validate.scalar(
+        "an integer from 1 to 1000", lambda v: validate.is_int(v) and 1 <= v <= 1000
+    ),
     "threads": _int_at_least(0),
 }
 FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -151,56 +156,58 @@ def _check_files(source: str, key: str, value: Any) -> tuple[logits_files.Logits
     """`[inputs.files]`: NAME = "path" or { path = "...", tensor = "..." }, a file or folder relative to the
     scenario file, inspected now: one that cannot be used is a one-line error naming it."""
     if not isinstance(value, dict):
-        raise checks.fail(source, key, f'expected a table of NAME = "path", got {value!r}')
+        raise validate.fail(source, key, f'expected a table of NAME = "path", got {value!r}')
     found = []
     for name, entry in value.items():
         where = f"{key}.{name}"
         if not FILE_NAME.fullmatch(name):
-            raise checks.fail(source, where, "expected a name of letters, digits, '_', '.' and '-'")
+            raise validate.fail(source, where, "expected a name of letters, digits, '_', '.' and '-'")
         entry = {"path": entry} if isinstance(entry, str) else entry
         if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
             expected = 'expected "path" or { path = "...", tensor = "..." }'
-            raise checks.fail(source, where, f"{expected}, got {entry!r}")
-        checks.unknown_keys(source, where, entry, ("path", "tensor"))
+            raise validate.fail(source, where, f"{expected}, got {entry!r}")
+        validate.unknown_keys(source, where, entry, ("path", "tensor"))
         if "path" not in entry:
-            raise checks.fail(source, where, "missing path")
+            raise validate.fail(source, where, "missing path")
         path = Path(source).parent / Path(entry["path"]).expanduser()
         try:
             found.append(logits_files.inspect(name, path, entry.get("tensor", "")))
         except logits_files.LogitsFileError as exc:
-            raise checks.fail(source, where, str(exc)) from None
+            raise validate.fail(source, where, str(exc)) from None
     return tuple(found)
 
 
 INPUT_CHECKS = {
     "seed": _int_at_least(0),
     "row_pad": _int_at_least(0),
-    "scale": checks.scalar("a finite number > 0", lambda v: checks.is_number(v) and 0 < v < math.inf, float),
+    "scale": validate.scalar(
+        "a finite number > 0", lambda v: validate.is_number(v) and 0 < v < math.inf, float
+    ),
     "files": _check_files,
 }
 TOP_LEVEL = ("name", "description", "device", "sweep", "timing", "inputs")
 EXTRA_TABLES = ("draft",)
 
 
-def _table(source: str, name: str, raw: Any, table_checks: dict[str, checks.Check], cls: type) -> Any:
+def _table(source: str, name: str, raw: Any, table_checks: dict[str, validate.Check], cls: type) -> Any:
     if not isinstance(raw, dict):
-        raise checks.fail(source, f"[{name}]", f"expected a table, got {raw!r}")
-    checks.unknown_keys(source, f"[{name}]", raw, table_checks)
+        raise validate.fail(source, f"[{name}]", f"expected a table, got {raw!r}")
+    validate.unknown_keys(source, f"[{name}]", raw, table_checks)
     values = {key: table_checks[key](source, f"[{name}].{key}", value) for key, value in raw.items()}
     return cls(**values)
 
 
-def _check_logits(files: tuple[logits_files.LogitsSource, ...]) -> checks.Check:
+def _check_logits(files: tuple[logits_files.LogitsSource, ...]) -> validate.Check:
     """Generated kinds, and `file:NAME` for each NAME of [inputs.files]."""
     kinds = [f.kind for f in files]
-    known = checks.names(lambda: [*inputs.KINDS, *kinds], "logits kind")
+    known = validate.names(lambda: [*inputs.KINDS, *kinds], "logits kind")
 
     def check(source: str, key: str, value: Any) -> tuple[str, ...]:
-        for item in checks.as_list(value):
+        for item in validate.as_list(value):
             if isinstance(item, str) and logits_files.is_file_kind(item) and item not in kinds:
                 names = ", ".join(f.name for f in files) or "none"
                 message = f'{item!r} names no [inputs.files] entry (NAME = "path"); entries: {names}'
-                raise checks.fail(source, key, message)
+                raise validate.fail(source, key, message)
         return known(source, key, value)
 
     return check
@@ -216,7 +223,7 @@ def _sweep(source: str, name: str, raw: Any, files: tuple[logits_files.LogitsSou
     described = ", ".join(f"{f.kind} has V {f.vocab}" for f in used)
     if len(vocabs) > 1:
         message = f"{described}: give files of different V a [[sweep]] each"
-        raise checks.fail(source, f"[{name}].logits", message)
+        raise validate.fail(source, f"[{name}].logits", message)
     (vocab,) = vocabs
     if "vocab" not in raw:
         return dataclasses.replace(sweep, vocab=(vocab,))
@@ -225,19 +232,19 @@ def _sweep(source: str, name: str, raw: Any, files: tuple[logits_files.LogitsSou
             f"{described}: a sweep with file logits runs at the file's V: leave vocab out or give {vocab} "
             "(other vocabularies in a [[sweep]] of their own)"
         )
-        raise checks.fail(source, f"[{name}].vocab", message)
+        raise validate.fail(source, f"[{name}].vocab", message)
     return sweep
 
 
 def parse(data: dict[str, Any], source: str) -> Scenario:
     """Validate a parsed TOML document."""
-    checks.unknown_keys(source, "", data, [*TOP_LEVEL, *EXTRA_TABLES])
+    validate.unknown_keys(source, "", data, [*TOP_LEVEL, *EXTRA_TABLES])
     for key in ("name", "description", "device"):
         if key in data and not isinstance(data[key], str):
-            raise checks.fail(source, key, f"expected a string, got {data[key]!r}")
+            raise validate.fail(source, key, f"expected a string, got {data[key]!r}")
     device = data.get("device", "auto")
     if device != "auto" and device.split(":")[0] not in ("cpu", "cuda"):
-        raise checks.fail(source, "device", f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        raise validate.fail(source, "device", f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     # a file with only [draft] tables has no kernel-level sweep; `sweep = []` says so explicitly
     raw_sweeps = data.get("sweep", [] if "draft" in data else {})
     given = _table(source, "inputs", data.get("inputs", {}), INPUT_CHECKS, Inputs)  # files before sweeps

@@ -25,9 +25,9 @@ from functools import cache
 import torch
 
 from perfsuite import simulated_gpu
-from perfsuite.device import DeviceInfo
-from perfsuite.paths import Call, GraphCall, Outputs, PreparedCall
-from perfsuite.settings import Timing
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.measure.execution import Call, GraphCall, Outputs, PreparedCall
+from perfsuite.scenario.settings import Timing
 
 SPIN_MIN_CYCLES = 100_000
 """The shortest GPU spin before a sample (about 50 us): the host queues the timed call meanwhile."""
@@ -337,7 +337,7 @@ class SampleClock:
     events or graph replay on a GPU), so its statistics and `--benchmark-compare-fail` use device time.
     """
 
-    __name__ = "perfsuite.timing.SampleClock"
+    __name__ = "perfsuite.measure.timing.SampleClock"
 
     def __init__(self) -> None:
         self.now = 0.0

@@ -35,12 +35,12 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
-from perfsuite import threads, timing
-from perfsuite.device import DeviceInfo, detect, synchronize
-from perfsuite.kernel_case import KernelCaseRunner
-from perfsuite.memory import native_stderr_silenced
-from perfsuite.rows import case_row
-from perfsuite.scenario import Case, Scenario, ScenarioError, expand
+from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.measure import threads, timing
+from perfsuite.measure.device import DeviceInfo, detect, synchronize
+from perfsuite.measure.memory import native_stderr_silenced
+from perfsuite.results.rows import case_row
+from perfsuite.scenario.load import Case, Scenario, ScenarioError, expand
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 """Trace event categories of device work (kineto: CUDA via CUPTI, ROCm via roctracer)."""

@@ -14,8 +14,9 @@ from functools import cache
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from perfsuite import machine, simulated_gpu
-from perfsuite.device import DeviceInfo, synchronize
+from perfsuite import simulated_gpu
+from perfsuite.measure import machine
+from perfsuite.measure.device import DeviceInfo, synchronize
 
 MEMORY_HEADROOM = 0.85
 """Share of free memory a case may plan to use; the rest is left to the allocator and the runtime."""

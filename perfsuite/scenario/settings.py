@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfsuite import inputs
-from perfsuite.logits_files import LogitsSource
+from perfsuite.scenario import inputs
+from perfsuite.scenario.logits_files import LogitsSource
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class Timing:
     max_seconds: float = 2.0  # per case: stop sampling after this long, 5 samples taken (bounds huge cases)
     l2: str = "cold"  # cold: flush the cache before each sample (bandwidth roofline); hot: no flush
     graph_unroll: int = 20  # calls captured in one graph for replay timing (capped on ROCm)
-    threads: int = 1  # torch's CPU threads (0: torch's default, one per core); see perfsuite.threads
+    threads: int = 1  # torch's CPU threads (0: torch's default, one per core); see perfsuite.measure.threads
 
 
 @dataclass(frozen=True)

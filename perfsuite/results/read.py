@@ -1,4 +1,4 @@
-"""Read result files back into the tidy schema (`perfsuite.schema.RESULT_COLUMNS`).
+"""Read result files back into the tidy schema (`perfsuite.results.schema.RESULT_COLUMNS`).
 
 Accepted: the suite's `results.csv`, `results.json` (pandas records, or the columns orient),
 `results.jsonl` (one JSON object per line, as `ResultsLog` appends them), a pytest-benchmark
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.results import ResultsLog, to_frame
-from perfsuite.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite.results.write import ResultsLog, to_frame
 
 NUMERIC_COLUMNS = (
     "vocab",

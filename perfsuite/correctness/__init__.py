@@ -1,0 +1,1 @@
+"""Correctness: output parity, the edge-case matrix and the logits' shape."""

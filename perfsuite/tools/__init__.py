@@ -1,0 +1,1 @@
+"""Tools beside the sweep: profiler traces and hardware counters."""
