@@ -163,7 +163,7 @@ stage_machine() {
   echo "host $(uname -n), $(nproc) CPUs, $(uname -sr)"
   limited "$PY" -c '
 import torch
-from perfsuite.measure import device, memory
+from perfsuite.measure import device, environment
 try:
     import triton
     triton_version = triton.__version__
@@ -172,7 +172,10 @@ except ImportError:
 info = device.detect()
 print(f"torch {torch.__version__}, triton {triton_version}, {info.runtime}, device {info.name} "
       f"({info.arch or info.backend}), backend {info.backend}")
-print(f"datasheet peak {info.peak_gbps} GB/s, measured copy {memory.copy_gbps(info.device):.0f} GB/s")
+copy = environment.copy_columns(info)  # after the warm-up copies, clocks read under them
+gbps, sm, mem, warmup = (copy[name] for name in ("copy_gbps", "copy_sm_mhz", "copy_mem_mhz", "copy_warmup_s"))
+print(f"datasheet peak {info.peak_gbps} GB/s, measured copy {gbps:.0f} GB/s "
+      f"(SM {sm:.0f} MHz, memory {mem:.0f} MHz, after {warmup:.2f} s of copies)")
 print(f"visible GPUs: {torch.cuda.device_count()}")
 arch = info.arch.split(":")[0] or "none"
 print(f"architecture: {arch}")

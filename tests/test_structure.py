@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).parents[1] / "perfsuite"
 # report, the sweep and the front ends.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the host's facts (CPU, memory, cgroup limits): read by the simulated GPU too
-    ("host", ("perfsuite.measure.machine",)),
+    ("host", ("perfsuite.measure.machine", "perfsuite.errors")),
     # the package's __init__ installs the simulated GPU before anything asks torch.cuda
     ("simulated_gpu", ("perfsuite.simulated_gpu", "perfsuite.__init__")),
     # what every case is given: generated logits, logits files, the [timing] and [inputs] settings

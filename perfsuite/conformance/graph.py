@@ -17,6 +17,7 @@ import torch
 from perfsuite import simulated_gpu
 from perfsuite.conformance import judge as judging
 from perfsuite.correctness import edge_cases
+from perfsuite.errors import first_line
 from perfsuite.measure import execution
 from perfsuite.measure.device import synchronize
 from perfsuite.variants.base import Variant
@@ -46,7 +47,7 @@ def _same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Ten
 def capture_failure(exc: BaseException) -> judging.Verdict:
     """The verdict on a capture that raised, from the error that broke it: "host_sync" for a host
     synchronisation or a pageable host-to-device copy (a boolean mask, a host index), else "crash"."""
-    message = execution.first_line(execution.capture_cause(exc))
+    message = first_line(execution.capture_cause(exc))
     if any(word in message.lower() for word in SYNC_WORDS):
         return judging.failed("host_sync", f"during capture: {message}")
     return judging.failed("crash", f"during capture: {message}")

@@ -13,6 +13,7 @@ import torch
 
 from perfsuite import variants
 from perfsuite.correctness.parity import tolerance
+from perfsuite.errors import first_line
 from perfsuite.scenario.inputs import dtype_name
 
 EDGE_TOPK = (1, 4)  # the k of the edge-case matrix `perfsuite run` makes after the sweep
@@ -105,8 +106,7 @@ def call(variant: variants.Variant, logits: torch.Tensor, k: int) -> Outputs | s
         p, idx = variant(logits, k)
         return p.cpu(), idx.cpu()
     except Exception as exc:  # recorded as a crash instead of stopping
-        lines = str(exc).strip().splitlines()
-        return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+        return first_line(exc).rstrip(": ")
 
 
 def _run(name: str, logits: torch.Tensor, k: int) -> Outputs | str:

@@ -16,8 +16,9 @@ from collections.abc import Callable, Hashable
 import torch
 
 from perfsuite.draft.loop import DraftLoop, DraftTree
+from perfsuite.errors import first_line
 from perfsuite.measure.device import GRAPH_UNROLL_CAP
-from perfsuite.measure.execution import GraphCaptureError, capturing, first_line, warm_up
+from perfsuite.measure.execution import GraphCaptureError, capturing, warm_up
 
 DEFAULT_MAX_GRAPHS = 8
 WARMUP_CYCLES = 3

@@ -5,7 +5,7 @@ the launch's compile key (`Launch.compile_key`, with whether every pointer is 16
 Triton also specialises on), the stage it ran in (`PERFSUITE_STAGE`, which `scripts/gpu_check.sh` sets
 for each stage) and whether a warm worker made it (`warmed`). Lines are short single `write`s to a file
 opened for appending, so processes running at once (the warm pool) do not interleave within a line.
-Without the variable nothing is recorded and a launch costs one dictionary lookup more.
+Without the variable nothing is recorded and a launch costs one attribute test more.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ LOG_ENV = "PERFSUITE_LAUNCH_LOG"
 STAGE_ENV = "PERFSUITE_STAGE"
 WARMED_ENV = "PERFSUITE_LAUNCH_WARMED"
 """Set (to 1) in the warm workers: their launches are recorded as warmed."""
+LOG_PATH = os.environ.get(LOG_ENV) or None
+"""The log this process appends to, read once at import (the variable is set before a stage starts)."""
 
 
 def key_text(key: tuple, aligned: bool = True) -> str:
@@ -28,15 +30,14 @@ def key_text(key: tuple, aligned: bool = True) -> str:
 
 def record(key: tuple, aligned: bool) -> None:
     """Append a launch of `key` to the log named by `PERFSUITE_LAUNCH_LOG` (nothing without it)."""
-    path = os.environ.get(LOG_ENV)
-    if not path:
+    if LOG_PATH is None:
         return
     line = {
         "stage": os.environ.get(STAGE_ENV, ""),
         "warmed": os.environ.get(WARMED_ENV) == "1",
         "key": key_text(key, aligned),
     }
-    with open(path, "a", encoding="utf-8") as log:
+    with open(LOG_PATH, "a", encoding="utf-8") as log:
         log.write(json.dumps(line) + "\n")
 
 

@@ -37,7 +37,6 @@ Non-finite rows (identical for fused and split, decided in the kernels):
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 
 import torch
@@ -115,7 +114,7 @@ class Launch:
     def __call__(self, *tensors: torch.Tensor) -> None:
         """Launch on the pointer arguments `tensors`, in the kernel's order."""
         kernel = KERNELS[self.kernel]
-        if os.environ.get(launch_log.LOG_ENV):  # the compile-plan proof: which keys each stage launches
+        if launch_log.LOG_PATH is not None:  # the compile-plan proof: which keys each stage launches
             aligned = all(t.data_ptr() % ALIGN_BYTES == 0 for t in tensors)
             launch_log.record(self.compile_key(tensors[0].dtype), aligned)
         kernel[self.grid](*tensors, **self.scalars, **self.constants, num_warps=self.num_warps)

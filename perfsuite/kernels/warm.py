@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from perfsuite import kernels
+from perfsuite.errors import first_line
 from perfsuite.kernels import compile_plan, launch_log
 from perfsuite.kernels import plan as plans
 from perfsuite.measure.interrupts import interruptible
@@ -123,8 +124,7 @@ def _warm(unit: Warmup) -> Finished:
         if _DEVICE.type == "cuda":
             torch.cuda.synchronize(_DEVICE)
     except Exception as exc:  # reported by the parent, one line per unit
-        text = str(exc).strip().splitlines()
-        return unit, time.perf_counter() - start, f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+        return unit, time.perf_counter() - start, first_line(exc, 300)
     return unit, time.perf_counter() - start, ""
 
 

@@ -11,6 +11,7 @@ from functools import cache
 import torch
 
 from perfsuite import simulated_gpu
+from perfsuite.errors import first_line
 from perfsuite.variants.base import Selector, bind
 
 PATHS = ("eager", "graph", "compile")
@@ -45,12 +46,6 @@ def capture_cause(exc: BaseException) -> BaseException:
         else:
             break
     return exc
-
-
-def first_line(exc: BaseException) -> str:
-    """`Type: first line of the message`."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def warm_up(body: Callable[[], object], device: torch.device, times: int) -> object:

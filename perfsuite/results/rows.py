@@ -9,14 +9,15 @@ from datetime import datetime, timezone
 import torch
 
 from perfsuite import variants
+from perfsuite.errors import first_line
 from perfsuite.measure import machine, memory, timing
 from perfsuite.scenario import inputs
 from perfsuite.scenario.load import Case
 
 
 def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    """A row's reason for an error: its first line, at most 300 characters."""
+    return first_line(exc, 300)
 
 
 class CaseFailed(Exception):

@@ -36,6 +36,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.errors import first_line
 from perfsuite.measure import threads, timing
 from perfsuite.measure.device import DeviceInfo, detect, synchronize
 from perfsuite.measure.memory import native_stderr_silenced
@@ -324,10 +325,7 @@ def profile_case(
         )
         summary = summarize(load_events(trace), name)
     except Exception as exc:  # one broken case must not stop the sweep
-        text = str(exc).strip().splitlines()
-        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {text[0] if text else ''}"}, (
-            pd.DataFrame()
-        )
+        return {**row, "status": "error", "reason": first_line(exc)}, (pd.DataFrame())
     top = summary.table.iloc[0] if len(summary.table) else None
     row |= {
         "status": "ok",
