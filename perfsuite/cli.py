@@ -1,14 +1,17 @@
-"""Commands: `perfsuite list | run | report | profile | compare | call | kernels | tune | check | variants`.
+"""Commands: `perfsuite list | run | report | profile | compare | call | kernels | tune | check | variants
+| warm | summary | tp-page`.
 
 Exit status (the same for every command):
   0    done
   1    a finding: a case failed parity (`run`, after writing everything: a wrong index, or an exact
        variant's probability off), a regression (`compare`), a kernel that does not compile or spills
-       registers (`kernels`), a selector failing the conformance battery (`check`)
+       registers (`kernels`), a selector failing the conformance battery (`check`), a launch that
+       failed (`warm`)
   2    bad input: a malformed scenario or results file, an unknown key, variant or target (one message)
   3    `call` on a case that cannot run here
   4    internal error: one line on stderr naming the file that holds the traceback
        (PERFSUITE_DEBUG=1: the traceback on stderr)
+  124  `warm` stopped at its --budget with launches left
   130  interrupted by SIGINT or SIGTERM: what was measured so far is written first
 """
 
@@ -16,17 +19,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import sys
 import tempfile
 import traceback
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
 from perfsuite import variants
-from perfsuite.measure.interrupts import interruptible
+from perfsuite.console import first_line, interruptible
 from perfsuite.scenario.load import SWEEP_CHECKS, Scenario, ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -338,11 +343,11 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from perfsuite import kernels
     from perfsuite.kernels import tuned, tuner
-    from perfsuite.measure import threads
     from perfsuite.measure.device import detect
+    from perfsuite.scenario import settings
 
     scenario = _scenario(args)
-    threads.apply(scenario.timing.threads)
+    settings.apply_threads(scenario.timing.threads)
     info = detect(scenario.device)
     reason = kernels.availability(info.device)
     if reason:
@@ -428,11 +433,11 @@ def _cmd_variants(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="perfsuite",
-        description=__doc__.splitlines()[0],
+        description=__doc__[: __doc__.index("\n\n")],
         epilog=__doc__[__doc__.index("Exit status") :],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
 
     s = sub.add_parser("list", help="print the cases a scenario expands to")
     s.add_argument("scenario")
@@ -596,7 +601,47 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("variants", help="list the registered variants")
     s.set_defaults(func=_cmd_variants)
+
+    # commands whose options and body live in their module (also run as `python -m MODULE`, an alias)
+    sub.add_parser(
+        "warm",
+        help="fill Triton's compile cache with the launches of scenarios and the conformance battery, in "
+        "parallel on this GPU (exit 124: stopped at --budget)",
+        module="perfsuite.kernels.warm",
+    )
+    sub.add_parser(
+        "summary",
+        help="a run's text summary: medians per case, the fastest variants, speedups, Triton targets, "
+        "tuned plans (markdown)",
+        module="perfsuite.report.summary",
+    )
+    sub.add_parser(
+        "tp-page",
+        help="the tensor-parallel comparison of result files: a table, with --out a standalone page",
+        module="perfsuite.report.tp_section",
+    )
     return p
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser. One given `module` takes its options from `module.add_arguments(parser)`
+    and runs `module.run(args)`, the module imported only when that command is parsed (its help
+    included): the other commands, and `perfsuite --help`, do not import it."""
+
+    def __init__(self, *args: object, module: str | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._module = module
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's parse, the module's options and `func` added first (once)."""
+        if self._module is not None:
+            module = importlib.import_module(self._module)
+            self._module = None
+            module.add_arguments(self)
+            self.set_defaults(func=module.run)
+        return super().parse_known_args(args, namespace)
 
 
 def _threads_option(s: argparse.ArgumentParser) -> None:
@@ -645,12 +690,11 @@ def main(argv: list[str] | None = None) -> int:
         print("perfsuite: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
-        print(f"perfsuite: internal error: {_one_line(exc)} ({_file_traceback()})", file=sys.stderr)
+        print(
+            f"perfsuite: internal error: {first_line(exc, 300, whole=True)} ({_file_traceback()})",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
 
 
 def _file_traceback() -> str:

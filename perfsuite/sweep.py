@@ -1,42 +1,49 @@
 """Running a scenario: each case timed, its traffic accounted for and its results checked for parity.
 
-Every case becomes one row, appended to `results.jsonl` the moment it finishes; a case that cannot run
-records why (skipped) and a case that breaks records its error, and the sweep goes on.
+Each case kind (`perfsuite.cases.kinds`: kernel, tensor parallel, draft) gives the scenario's cases and
+runs them; every case becomes one row, appended to its kind's log the moment it finishes; a case that
+cannot run records why (skipped) and a case that breaks records its error, and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import fnmatch
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.cases import kinds
 from perfsuite.cases.protocol import SAMPLES
+from perfsuite.console import utc_now
 from perfsuite.correctness import edge_cases
-from perfsuite.measure import machine, threads
+from perfsuite.measure import machine
 from perfsuite.measure.device import DeviceInfo, detect
 from perfsuite.measure.environment import environment, gpu_state
-from perfsuite.measure.progress import progress_bar
 from perfsuite.results import run_dir, sweep_shards
-from perfsuite.results.schema import DRAFT_COLUMNS, add_speedups
+from perfsuite.results.schema import add_speedups
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 from perfsuite.scenario import inputs
-from perfsuite.scenario.load import Case, Scenario, expand
+from perfsuite.scenario.load import Scenario
+from perfsuite.scenario.settings import apply_threads
 
 
 @dataclass
 class RunOutcome:
     """What a run left behind."""
 
-    frame: pd.DataFrame
-    draft: pd.DataFrame
+    frame: pd.DataFrame  # results.csv: the kernel and tensor-parallel rows
+    tables: dict[str, pd.DataFrame]  # the other kinds' tables, by file name (draft.csv)
     out_dir: Path
     files: dict[str, Path]
     interrupted: bool
     notes: list[str] = field(default_factory=list)  # warnings for the console and the report's top
+
+    @property
+    def draft(self) -> pd.DataFrame:
+        """The draft-loop rows (draft.csv; empty without draft cases)."""
+        return self.tables.get(kinds.get("draft").table_file, pd.DataFrame())
 
     @property
     def parity_failures(self) -> pd.DataFrame:
@@ -57,9 +64,10 @@ def run_scenario(
     label: str | None = None,
     shard: sweep_shards.Shard | None = None,
 ) -> RunOutcome:
-    """Run every case of a scenario into `out_dir`: results.jsonl as it goes, then CSV, JSON and HTML.
+    """Run every case of a scenario into `out_dir`: each case kind's cases in turn (`cases.kinds`: kernel,
+    tensor parallel, draft), each row appended to its kind's log as it finishes, then CSV, JSON and HTML.
 
-    The variants of one shape and path are sampled in turn (`KernelCaseRunner.run_in_turn`). `only`: a
+    The kernel kind samples the variants of one shape and path in turn (`cases.kernel_kind`). `only`: a
     glob on case ids. `shard`: only that shard's cases (`perfsuite.results.sweep_shards`; the edge-case matrix
     runs in shard 0 only), recorded in `run.json`. `counters`: also measure each ok case's HBM bytes with the
     vendor's counter tool (slow; see counters.py). Raises `run_dir.RunRefused` when another run holds
@@ -80,9 +88,7 @@ def _run(
     label: str | None,
     shard: sweep_shards.Shard | None,
 ) -> RunOutcome:
-    from perfsuite.draft import expand_draft, run_draft
-
-    threads.apply(scenario.timing.threads)  # the rows record the threads in effect (environment)
+    apply_threads(scenario.timing.threads)  # the rows record the threads in effect (environment)
     info = detect(scenario.device)
     settings = run_dir.settings_of(scenario, info.name)
     key = run_dir.fingerprint(settings)
@@ -90,13 +96,15 @@ def _run(
     if resume:
         run_dir.check_resume_shard(out_dir, earlier, shard)
     notes: list[str] = []
-    logs, kept = _open_logs(out_dir, resume, earlier, settings, notes)
+    opened, kept = _open_logs(out_dir, resume, earlier, settings, notes)
     if resume:
         label = str((earlier or {}).get("label") or label or run_dir.new_label(info.name))
     label = label or run_dir.new_label(info.name)
-    log, draft_log, samples_log = logs
-    done = {str(row["case_id"]) for row in kept[0]}
-    draft_done = {str(row["case_id"]) for row in kept[1]}
+    logs = dict(zip(run_dir.LOGS, opened, strict=True))
+    samples_log = logs[run_dir.SAMPLES_LOG]
+    done = {
+        name: {str(row["case_id"]) for row in rows} for name, rows in zip(run_dir.LOGS, kept, strict=True)
+    }
     usage = machine.CpuUse()
     env = environment(info, scenario.name, run=label, settings=key)
     manifest = {
@@ -104,7 +112,7 @@ def _run(
         "settings_fingerprint": key,
         "settings": settings,
         "scenario_file": scenario.source,
-        "started": (earlier or {}).get("started") if resume else _now(),
+        "started": (earlier or {}).get("started") if resume else utc_now(),
         "machine": {k: env[k] for k in ("cpu_model", "cores", "cpu_quota", "governor", "threads")},
         "start": {"load_avg": usage.load_start, "gpu": gpu_state(info)},
     }
@@ -112,32 +120,25 @@ def _run(
         manifest["shard"] = {"index": shard.index, "count": shard.count}
     run_dir.write_manifest(out_dir, manifest)
     chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
-    mine = sweep_shards.select(expand(scenario), unit_of, shard)
-    todo = [case for case in mine if case.case_id not in done and chosen(case.case_id)]
-    single = [case for case in todo if not is_tensor_parallel(case)]
-    parallel = [case for case in todo if is_tensor_parallel(case)]
-    my_drafts = sweep_shards.select(
-        expand_draft(scenario), lambda c: getattr(c, "config_key", c.case_id), shard
-    )
-    drafts = [c for c in my_drafts if c.case_id not in draft_done and chosen(c.case_id)]
+    # every kind's cases, in run order; a shard takes whole units (`kind.unit`) of any kind
+    every = [(kind, case) for kind in kinds.KINDS for case in kind.cases_of(scenario)]
+    units = {kind.name: kind.part("unit") for kind in kinds.KINDS}
+    mine = sweep_shards.select(every, lambda pair: (pair[0].name, units[pair[0].name](pair[1])), shard)
+    todo: dict[str, list] = {kind.name: [] for kind in kinds.KINDS}
+    for kind, case in mine:
+        if case.case_id not in done[kind.log] and chosen(case.case_id):
+            todo[kind.name].append(case)
     collector = None
     if counters:
         from perfsuite.tools.counters import CounterCollector
 
         collector = CounterCollector(info, scenario.source, out_dir / "counters")
-    runner = KernelCaseRunner(info, env, counters=collector)
+    context = kinds.KindRun(scenario, info, env, out_dir, progress, collector)
     interrupted = False
     try:
-        for group in progress_bar(same_shape(single), progress, unit="shape"):
-            for row in runner.run_in_turn(group):
-                _log_row(row, log, samples_log)
-        if parallel:  # one torchrun launch per tp size; rank 0's rows come back as they finish
-            from perfsuite.distributed.launch import run_tp_cases
-
-            for row in progress_bar(run_tp_cases(scenario.source, parallel, out_dir, env), progress, "tp"):
-                _log_row(row, log, samples_log)
-        for row in run_draft(scenario, info, env, progress, cases=drafts):
-            draft_log.append(row)
+        for kind in kinds.KINDS:
+            for row in kind.run_cases(todo[kind.name], context):
+                _log_row(row, logs[kind.log], samples_log)
     except KeyboardInterrupt:
         interrupted = True
     other, load_end = usage.overall(), machine.load_average()
@@ -145,7 +146,7 @@ def _run(
     if shared:
         _note(notes, shared)
     manifest.update(
-        finished=_now(),
+        finished=utc_now(),
         interrupted=interrupted,
         end={"load_avg": load_end, "other_cores": other, "gpu": gpu_state(info)},
         notes=notes,
@@ -157,9 +158,10 @@ def _run(
         **{f"gpu at the {when}": _gpu_text(manifest[when]["gpu"]) for when in ("start", "end")},
     }
     if shard is not None:
-        state["shard"] = f"{shard} ({len(mine)} cases, {len(my_drafts)} draft cases)"
+        counts = Counter(kind.name for kind, _ in mine)
+        state["shard"] = f"{shard} ({', '.join(f'{counts[k.name]} {k.name} cases' for k in kinds.KINDS)})"
     edges = shard is None or shard.first
-    return finish(scenario, out_dir, log, draft_log, info, {**env, **state}, interrupted, notes, edges)
+    return finish(scenario, out_dir, logs, info, {**env, **state}, interrupted, notes, edges)
 
 
 def _gpu_text(state: dict[str, object]) -> str:
@@ -174,7 +176,8 @@ def _open_logs(
     logs = [ResultsLog(out_dir / name) for name in run_dir.LOGS]
     if resume:
         kept = [_resumable(log, notes) for log in logs]
-        logged = {str(row.get("settings") or "") for rows in kept[:2] for row in rows}
+        row_logs = [rows for name, rows in zip(run_dir.LOGS, kept, strict=True) if name in kinds.logs()]
+        logged = {str(row.get("settings") or "") for rows in row_logs for row in rows}
         run_dir.check_resume(out_dir, earlier, settings, logged)
     else:
         moved = run_dir.put_aside(out_dir)
@@ -186,27 +189,16 @@ def _open_logs(
     return logs, kept
 
 
-def same_shape(cases: list[Case]) -> list[list[Case]]:
-    """Cases grouped by everything but the variant (shape, dtype, logits, k, path), in first-seen order:
-    each group is sampled in turn."""
-    groups: dict[tuple, list[Case]] = {}
-    for case in cases:
-        groups.setdefault(unit_of(case), []).append(case)
-    return list(groups.values())
-
-
-def unit_of(case: Case) -> tuple:
-    """The cases that run together (one shard's unit): the variants of one shape and path, or one
-    tensor-parallel size's cases (one torchrun launch)."""
-    if is_tensor_parallel(case):
-        return ("tp", case.tp)
-    return (case.tp, case.input_key, case.topk, case.path)
-
-
 def _log_row(row: dict[str, object], log: ResultsLog, samples_log: ResultsLog) -> None:
+    from perfsuite.cases.protocol import REF_SAMPLES
+
     seconds = row.pop(SAMPLES, None)
+    reference = row.pop(REF_SAMPLES, None)  # the in-turn reference's samples, the same rounds
     if seconds:
-        samples_log.append({"case_id": row["case_id"], "run": row.get("run", ""), "seconds": seconds})
+        entry = {"case_id": row["case_id"], "run": row.get("run", ""), "seconds": seconds}
+        if reference:
+            entry["ref_seconds"] = reference
+        samples_log.append(entry)
     log.append(row)
 
 
@@ -223,42 +215,39 @@ def _note(notes: list[str], text: str) -> None:
     notes.append(text)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def is_tensor_parallel(case: Case) -> bool:
-    """Cases that run under torchrun (perfsuite.distributed): tp > 1, or a tensor-parallel variant."""
-    from perfsuite.distributed import tp_variants
-
-    return case.tp > 1 or tp_variants.is_tp_variant(case.variant)
-
-
 def finish(
     scenario: Scenario,
     out_dir: Path,
-    log: ResultsLog,
-    draft_log: ResultsLog,
+    logs: dict[str, ResultsLog],
     info: DeviceInfo,
     env: dict[str, object],
     interrupted: bool,
     notes: list[str],
     edge_matrix: bool = True,
 ) -> RunOutcome:
-    """Turn the logs into tables, the edge-case matrix (`edge_matrix`: in this run) and the HTML report
-    (the report last: every table is on disk before anything imports it)."""
+    """Turn the logs into tables (results.csv and .json from the first kind's log, then a CSV per other
+    kind's log, `cases.kinds`), the edge-case matrix (`edge_matrix`: in this run) and the HTML report (the
+    report last: every table is on disk before anything imports it)."""
+    primary, *others = kinds.logs()
+    log = logs[primary]
     frame = add_speedups(to_frame(log.read()), only_missing=True)
     csv_path, json_path = write_tables(frame, out_dir)
     files = {"jsonl": log.path, "csv": csv_path, "json": json_path}
-    samples = out_dir / run_dir.LOGS[2]
+    samples = logs[run_dir.SAMPLES_LOG].path
     if samples.exists() and samples.stat().st_size:
         files["samples"] = samples
-    draft = pd.DataFrame(draft_log.read())
-    (out_dir / "draft.csv").unlink(missing_ok=True)  # only this run's draft rows, never an older file
-    if len(draft):
-        draft = draft.reindex(columns=[*DRAFT_COLUMNS, *(c for c in draft if c not in DRAFT_COLUMNS)])
-        files["draft"] = out_dir / "draft.csv"
-        draft.to_csv(files["draft"], index=False)
+    tables: dict[str, pd.DataFrame] = {}
+    for name in others:
+        (kind,) = kinds.sharing(name)
+        table = pd.DataFrame(logs[name].read())
+        path = out_dir / kind.table_file
+        path.unlink(missing_ok=True)  # only this run's rows, never an older file
+        if len(table):
+            columns = list(kind.columns_dict())
+            table = table.reindex(columns=[*columns, *(c for c in table if c not in columns)])
+            files[kind.name] = path
+            table.to_csv(path, index=False)
+        tables[kind.table_file] = table
     edges = None
     (out_dir / "edge_cases.csv").unlink(missing_ok=True)
     from perfsuite.distributed.tp_variants import is_tp_variant
@@ -277,10 +266,10 @@ def finish(
         frame,
         out_dir / "report.html",
         edge_cases=edges,
-        draft=draft,
+        tables=tables,
         environment={**{k: str(v) for k, v in env.items()}, "source": scenario.source},
         title=f"perfsuite: {scenario.name} on {info.name}",
         notes=notes,
         samples=load_samples(out_dir),
     )
-    return RunOutcome(frame, draft, out_dir, files, interrupted, notes)
+    return RunOutcome(frame, tables, out_dir, files, interrupted, notes)

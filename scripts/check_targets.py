@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from perfsuite import cli, variants  # noqa: E402
 from perfsuite.compare.match import compare, load_side  # noqa: E402
-from perfsuite.measure import machine, threads, timing  # noqa: E402
+from perfsuite.measure import machine, timing  # noqa: E402
+from perfsuite.scenario import settings  # noqa: E402
 from perfsuite.scenario.settings import Timing  # noqa: E402
 
 THRESHOLD = 0.05
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    in_effect = threads.apply(1)
+    in_effect = settings.apply_threads(1)
     usage = machine.CpuUse()
     lines = [
         f"# Targets of issue 11 on {machine.cpu_model()}, {machine.usable_cores()} cores, {in_effect} thread",

@@ -23,7 +23,7 @@
 # counts: tests/test_kernel_warm.py::test_the_stages_compile_plans_on_the_h200, heuristic plans):
 #   machine   30 s   est. 15 s   versions, device, datasheet peak and measured copy bandwidth (a cold
 #                                import of torch and triton, CUDA initialisation, the copy test)
-#   warm      60 s   est. 35 s   the compile plan, one worker per core (perfsuite.kernels.warm): every
+#   warm      60 s   est. 35 s   the compile plan, one worker per core (`perfsuite warm`): every
 #                                kernel key a later stage launches, 195 (was 128): the tune candidates
 #                                (105), the sweep (23) and its edge-case matrix (10), the draft cases (8),
 #                                the battery's Triton --quick cases (86); distinct 195 x 1.8 s / 16 cores
@@ -37,7 +37,7 @@
 #                                draft 8, the battery 54)
 #   sweep    130 s   est. 115 s  `perfsuite run scenarios/gpu_check.toml`: 600 cases, triton_auto tuned;
 #                                cold 6 (the edge-case matrix) + the tuned plans, now 0
-#   summary   15 s   est. 8 s    `python -m perfsuite.report.summary`: medians, speedups, targets, plans
+#   summary   15 s   est. 8 s    `perfsuite summary`: medians, speedups, targets, plans
 #   draft     35 s   est. 26 s   `perfsuite run scenarios/draft_gpu.toml`: 32 draft cycles, eager and graph;
 #                                cold 5, now 0
 #   check     25 s   est. 15 s   `perfsuite check`, the conformance battery with graph capture: the torch-op
@@ -205,7 +205,7 @@ warm_for_later() {  # the compile plan of every later stage, in parallel, within
   fi
   budget=$(left)
   warm_args
-  within "$budget" "$PY" -m perfsuite.kernels.warm "${WARM_ARGS[@]}" \
+  within "$budget" "$PY" -m perfsuite warm "${WARM_ARGS[@]}" \
     --budget "$((budget > 6 ? budget - 3 : budget))"
   rc=$?
   case $rc in
@@ -266,7 +266,7 @@ stage_summary() {
   fi
   [ -f "$WORK/tune/tuned.json" ] && tuned=(--tuned "$WORK/tune/tuned.json")
   mkdir -p "$WORK/summary"
-  limited "$PY" -m perfsuite.report.summary "$WORK/sweep/results.csv" "${tuned[@]}" \
+  limited "$PY" -m perfsuite summary "$WORK/sweep/results.csv" "${tuned[@]}" \
     --out "$WORK/summary/summary.md"
 }
 

@@ -129,7 +129,7 @@ def test_sigterm_mid_sweep_writes_the_results_and_exits_130(tmp_path):
 def test_sigint_interrupts_even_when_inherited_as_ignored():
     """A non-interactive shell starts background jobs with SIGINT ignored; `kill -INT` must still stop
     a perfsuite command (gpu_check's budgets, a script's cleanup), and the disposition comes back after."""
-    from perfsuite.measure.interrupts import interruptible
+    from perfsuite.console import interruptible
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from perfsuite import cli, conformance, kernels, simulated_gpu
-from perfsuite.conformance import cases
+from perfsuite.conformance import battery_cases as catalogue
 from perfsuite.variants import external
 
 DATA = Path(__file__).parent / "data"
@@ -106,7 +106,7 @@ def test_int32_row_offsets_fail_past_two_to_the_32_elements():
     if set(int64["verdict"]) == {"skip"}:
         pytest.skip(f"this machine: {int64['detail'].iloc[0]}")
     assert set(int64["finding"]) == {"wrong_topk"} and int64["detail"].str.contains("row 2 slot 0").all()
-    assert int64["row_stride"].eq(cases.INT64_STRIDE).all()
+    assert int64["row_stride"].eq(catalogue.INT64_STRIDE).all()
     assert set(table[table["case"] == "offset_3"]["verdict"]) == {"pass"}
 
 
@@ -116,18 +116,18 @@ def test_int64_rows_do_not_commit_the_whole_buffer():
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        case = next(c for c in cases.catalogue() if c.name == "int64_addressing")
+        case = next(c for c in catalogue.catalogue() if c.name == "int64_addressing")
         logits = case.build(torch.bfloat16, torch.device("cpu"))
-    except cases.Skip as skip:
+    except catalogue.Skip as skip:
         pytest.skip(f"this machine: {skip}")
     assert logits.stride(0) * 2 + logits.shape[1] > 1 << 32
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 1 << 30
 
 
 def test_poison_lies_where_an_over_read_would_find_it():
-    logits = cases.place(torch.zeros(2, 5), torch.bfloat16, torch.device("cpu"), offset=3, stride=8)
+    logits = catalogue.place(torch.zeros(2, 5), torch.bfloat16, torch.device("cpu"), offset=3, stride=8)
     flat = torch.as_strided(logits, (logits.untyped_storage().nbytes() // 2,), (1,), 0)
-    poison = cases.poison_value(torch.bfloat16)
+    poison = catalogue.poison_value(torch.bfloat16)
     assert logits.storage_offset() == 3 and logits.stride() == (8, 1)
     assert flat[:3].eq(poison).all() and flat[8:11].eq(poison).all() and flat[16:].eq(poison).all()
     assert logits.eq(0).all()

@@ -21,9 +21,9 @@ import torch.multiprocessing as mp
 
 from perfsuite import kernels
 from perfsuite.correctness import parity
-from perfsuite.distributed import cases, group, launch, partials, rows, tp_variants
-from perfsuite.distributed.runner import CaseFailed, TPCaseRunner
+from perfsuite.distributed import group, launch, partials, tp_cases, tp_rows, tp_variants
 from perfsuite.distributed.shard import local_slice, padded_width, shard_of
+from perfsuite.distributed.tp_cases import CaseFailed, TPCaseRunner
 from perfsuite.distributed.tp_variants import Local, sharded_triton
 from perfsuite.kernels import plan as plans
 from perfsuite.measure.device import detect
@@ -197,18 +197,18 @@ def test_registry_claims():
 
 
 def test_scenario_files(tmp_path):
-    quick = cases.load(ROOT / "scenarios" / "tp_quick.toml")
-    assert quick.device == "cpu" and {c.tp for c in cases.scenarios.expand(quick)} == {2}
-    assert len(cases.select(quick, 2)) > 0 and all(
-        c.variant in tp_variants.names() for c in cases.select(quick, 2)
+    quick = tp_cases.load(ROOT / "scenarios" / "tp_quick.toml")
+    assert quick.device == "cpu" and {c.tp for c in tp_cases.scenarios.expand(quick)} == {2}
+    assert len(tp_cases.select(quick, 2)) > 0 and all(
+        c.variant in tp_variants.names() for c in tp_cases.select(quick, 2)
     )
-    models = cases.load(ROOT / "scenarios" / "tp_models.toml")
-    expanded = cases.scenarios.expand(models)
+    models = tp_cases.load(ROOT / "scenarios" / "tp_models.toml")
+    expanded = tp_cases.scenarios.expand(models)
     assert {c.tp for c in expanded} == {2, 4, 8} and {c.dtype for c in expanded} == {"bfloat16"}
     assert {c.topk for c in expanded} == {1, 8} and min(c.batch for c in expanded) == 1
     assert max(c.batch for c in expanded) == 64 and 151666 in {c.vocab for c in expanded}
     with pytest.raises(ScenarioError, match=r"unknown variant 'sharded' .*, allgather_full_softmax"):
-        cases.load(_scenario(tmp_path, ["sharded"]))
+        tp_cases.load(_scenario(tmp_path, ["sharded"]))
 
 
 def _scenario(where: Path, names: list[str], tps=(2,)) -> str:
@@ -221,7 +221,7 @@ def test_rows_have_the_single_device_columns():
     case = Case("s", "identity", "eager", "bfloat16", 100, 1, 1, "gaussian")
     env = {"scenario": "s", "backend": "cpu"}
     single = row_pieces.case_row(case, env)
-    tp_row = rows.case_row(
+    tp_row = tp_rows.case_row(
         Case("s", "sharded_torch", "eager", "bfloat16", 100, 1, 1, "gaussian", tp=2), env, "gloo"
     )
     assert set(single) <= set(tp_row) and tp_row["tp"] == 2 and tp_row["backend_pg"] == "gloo"
@@ -358,7 +358,7 @@ l2 = "hot"
 def test_launcher_runs_the_worker_and_skips_what_cannot_run(tmp_path):
     names = [*tp_names(), "identity"]
     path = _scenario(tmp_path, names, tps=(2, 4))
-    todo = [c for c in cases.scenarios.expand(cases.load(path))]
+    todo = [c for c in tp_cases.scenarios.expand(tp_cases.load(path))]
     env = {"scenario": "tp_tiny", "backend": "cpu", "copy_gbps": 10.0}
     out = tmp_path / "out"
     got = list(launch.run_tp_cases(path, todo, out, env, max_cpu_ranks=2, timeout_s=240))
@@ -392,7 +392,7 @@ def test_tensor_parallel_cases_read_logits_from_a_file(tmp_path):
         'variants = ["allgather_full_softmax", "sharded_torch"]\ndtypes = ["bfloat16"]\nbatch = [3]\n'
         'topk = [4]\nlogits = ["file:mine"]\ntp = [2]\n[timing]\nwarmup = 1\nreps = 3\nmax_seconds = 0.02\n'
     )
-    todo = cases.scenarios.expand(cases.load(path))
+    todo = tp_cases.scenarios.expand(tp_cases.load(path))
     assert {c.logits for c in todo} == {"file:mine"} and {c.vocab for c in todo} == {1001}
     env = {"scenario": "tp_file", "backend": "cpu", "copy_gbps": 10.0}
     got = list(launch.run_tp_cases(str(path), todo, tmp_path / "out", env, max_cpu_ranks=2, timeout_s=240))
@@ -413,7 +413,7 @@ def test_any_selector_runs_after_the_all_gather_external_ones_included(tmp_path,
     monkeypatch.syspath_prepend(data)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [data, os.environ.get("PYTHONPATH")])))
     path = _scenario(tmp_path, [*GATHERED, *EXTERNAL], tps=(2,))
-    todo = [c for c in cases.scenarios.expand(cases.load(path)) if c.topk == 1]
+    todo = [c for c in tp_cases.scenarios.expand(tp_cases.load(path)) if c.topk == 1]
     env = {"scenario": "tp_tiny", "backend": "cpu", "copy_gbps": 10.0}
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env, max_cpu_ranks=2, timeout_s=240))
     measured = {r["variant"]: r for r in got if r["batch"] == 3}
@@ -435,14 +435,14 @@ def test_a_gathered_selector_that_cannot_load_is_one_line(tmp_path, monkeypatch,
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
     path = _scenario(tmp_path, [name], tps=(2,))
     with pytest.raises(ScenarioError) as info:
-        cases.load(path)
+        tp_cases.load(path)
     assert expected in str(info.value) and "\n" not in str(info.value)
 
 
 def test_launcher_gives_skipped_rows_when_the_launch_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TORCHRUN", (sys.executable, "-c", "import sys; sys.exit(3)", "--"))
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = cases.select(cases.load(path), 2)
+    todo = tp_cases.select(tp_cases.load(path), 2)
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cpu"}, timeout_s=30))
     assert len(got) == len(todo) and all(r["status"] == "skipped" for r in got)
     assert all("launch failed (torchrun exit 3" in r["reason"] for r in got)
@@ -451,7 +451,7 @@ def test_launcher_gives_skipped_rows_when_the_launch_fails(tmp_path, monkeypatch
 def test_launcher_needs_one_gpu_per_rank(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = cases.select(cases.load(path), 2)
+    todo = tp_cases.select(tp_cases.load(path), 2)
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cuda"}))
     assert all(r["status"] == "skipped" and "1 GPU(s) visible" in r["reason"] for r in got)
     assert all(r["backend_pg"] == "nccl" for r in got)
@@ -460,7 +460,7 @@ def test_launcher_needs_one_gpu_per_rank(tmp_path, monkeypatch):
 def test_launcher_times_out_into_error_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TORCHRUN", (sys.executable, "-c", "import time; time.sleep(60)", "--"))
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = cases.select(cases.load(path), 2)
+    todo = tp_cases.select(tp_cases.load(path), 2)
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cpu"}, timeout_s=1))
     assert all(r["status"] == "error" and "timed out after 1 s" in r["reason"] for r in got)
 
@@ -469,7 +469,7 @@ def test_launcher_times_out_into_error_rows(tmp_path, monkeypatch):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL/RCCL needs 2 GPUs (one per rank)")
 def test_launcher_over_nccl(tmp_path):
     path = _scenario(tmp_path, tp_variants.names())
-    todo = cases.select(cases.load(path), 2)
+    todo = tp_cases.select(tp_cases.load(path), 2)
     env = {"scenario": "tp_tiny", "backend": detect().backend, "copy_gbps": float("nan")}
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env, timeout_s=300))
     assert all(r["status"] == "ok" and r["backend_pg"] == "nccl" for r in got), [r["reason"] for r in got]

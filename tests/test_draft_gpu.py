@@ -25,8 +25,8 @@ from perfsuite.draft import (
 )
 from perfsuite.draft.clock import device_sampler
 from perfsuite.draft.consumer import identical
+from perfsuite.draft.draft_cases import FAST_PATH
 from perfsuite.draft.graph import graph_body
-from perfsuite.draft.runner import FAST_PATH
 from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect
 from perfsuite.measure.execution import GraphCaptureError
 from perfsuite.scenario import load as scenario

@@ -1,4 +1,4 @@
-"""`python -m perfsuite.kernels.warm`: one launch per Triton specialisation of a scenario, made in worker
+"""`perfsuite warm`: one launch per Triton specialisation of a scenario, made in worker
 processes. Here the workers run the kernels in Triton's interpreter (nothing is compiled or cached on a
 CPU, but the machinery is the GPU's: planning, deduplication, the pool, the budget, the signals)."""
 
@@ -80,7 +80,7 @@ def _scenario(tmp_path: Path, text: str) -> Path:
 
 def _warm(path: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, kernels.INTERPRET_ENV: "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "perfsuite.kernels.warm", str(path), *args]
+    command = [sys.executable, "-m", "perfsuite", "warm", str(path), *args]  # as scripts/gpu_check.sh
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -192,7 +192,34 @@ def test_bad_input_is_one_message(tmp_path, capsys):
     assert err.startswith("warm: ") and len(err.strip().splitlines()) == 1
     with pytest.raises(SystemExit) as exited:
         warm.main([str(tmp_path / "missing.toml"), "--jobs", "0"])
-    assert exited.value.code == 2 and "--jobs must be at least 1" in capsys.readouterr().err
+    assert exited.value.code == 2 and "argument --jobs: must be at least 1" in capsys.readouterr().err
+    assert warm.main([]) == warm.EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "warm: nothing to warm: give a SCENARIO, --candidates SCENARIO or --check SELECTOR\n"
+    )
+
+
+def test_perfsuite_warm_is_the_same_command(tmp_path, monkeypatch, capsys):
+    """`perfsuite warm` parses the same options and exits as `python -m perfsuite.kernels.warm` does."""
+    from perfsuite import cli
+
+    missing = str(tmp_path / "missing.toml")
+    for argv in ([missing], [], [missing, "--budget", "0"]):
+        try:
+            alias = warm.main(argv)
+        except SystemExit as exited:
+            alias = exited.code
+        alias_err = capsys.readouterr().err.splitlines()[-1]  # usage lines wrap by the program's name
+        try:
+            command = cli.main(["warm", *argv])
+        except SystemExit as exited:
+            command = exited.code
+        command_err = capsys.readouterr().err.splitlines()[-1]
+        assert command == alias == warm.EXIT_USAGE
+        assert command_err == alias_err.replace("python -m perfsuite.kernels.warm", "perfsuite warm")
+    monkeypatch.delenv(kernels.INTERPRET_ENV, raising=False)
+    assert cli.main(["warm", str(_scenario(tmp_path, TINY)), "--jobs", "1"]) == warm.EXIT_OK
+    assert "no GPU here (cpu): nothing to warm" in capsys.readouterr().out
 
 
 def test_the_battery_plan_is_what_the_battery_launches(recorded):
@@ -217,9 +244,9 @@ def test_the_battery_plan_is_what_the_battery_launches(recorded):
 def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, recorded):
     from perfsuite.correctness import edge_cases
     from perfsuite.correctness.edge_cases import EDGE_TOPK
+    from perfsuite.draft.draft_cases import _reuses_outputs
     from perfsuite.draft.head import DraftHead
     from perfsuite.draft.loop import DraftLoop
-    from perfsuite.draft.runner import _reuses_outputs
     from perfsuite.draft.spec import expand_draft
 
     cpu, hw = torch.device("cpu"), plans.hardware(torch.device("cpu"))
@@ -250,7 +277,9 @@ def _fake(select, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Ten
 
 def test_keys_warmed_before_are_left_out(tmp_path):
     path, keys = _scenario(tmp_path, TINY), tmp_path / "keys.jsonl"
-    args = warm._arguments([str(path), "--keys", str(keys)])
+    from perfsuite import cli
+
+    args = cli.parser().parse_args(["warm", str(path), "--keys", str(keys)])
     units, launches = warm._plan(args, torch.device("cpu"))
     assert units and launches >= len(units)
     keep = warm._keep_key(keys)

@@ -64,8 +64,13 @@ def test_the_regeneration_script_makes_the_shipped_rows():
     made = module.example_logits()
     shipped = torch.load(EXAMPLE, weights_only=True)
     assert made.shape == shipped.shape and made.dtype == shipped.dtype
-    # bf16 matmuls may round differently on another CPU: the same rows within a couple of bf16 ulps
-    torch.testing.assert_close(made.float(), shipped.float(), rtol=2**-6, atol=2**-6)
+    # bf16 matmuls round differently on another CPU (AMD EPYC against the CPU that wrote the file), and
+    # the draft loop carries each step's rounding into the next step's hidden state: the draft extend's
+    # rows within a couple of bf16 ulps, every row within 1/8 (logits up to 12.75), the same argmax
+    rows = len(made) // module.LOOP.num_steps  # the draft extend's selection: one row per sequence
+    torch.testing.assert_close(made[:rows].float(), shipped[:rows].float(), rtol=2**-6, atol=2**-6)
+    torch.testing.assert_close(made.float(), shipped.float(), rtol=2**-6, atol=2**-3)
+    assert torch.equal(made.float().argmax(-1), shipped.float().argmax(-1))
 
 
 # ---------------------------------------------------------------- formats, folders, rows

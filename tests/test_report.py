@@ -13,6 +13,7 @@ import plotly.offline
 import pytest
 
 from perfsuite.report import build_report, coerce, load_many, load_results, plots_available
+from perfsuite.results.schema import FORMAT_VERSION
 from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 
@@ -137,6 +138,7 @@ def edge_cases() -> pd.DataFrame:
 
 
 def test_csv_json_jsonl_round_trip(frame: pd.DataFrame, tmp_path: Path) -> None:
+    frame = frame.assign(format_version=FORMAT_VERSION)  # as `ResultsLog.append` stamps every row
     csv_path, json_path = write_tables(frame, tmp_path)
     log = ResultsLog(tmp_path / "results.jsonl")
     for row in frame.to_dict("records"):

@@ -14,9 +14,10 @@ import torch
 from perfsuite import cli, kernels
 from perfsuite.cases import protocol
 from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.measure import machine, memory, threads, timing
+from perfsuite.measure import machine, memory, timing
 from perfsuite.results import run_dir
 from perfsuite.results.write import ResultsLog
+from perfsuite.scenario import settings
 from perfsuite.scenario.settings import Timing
 
 SCENARIO = """
@@ -258,10 +259,10 @@ def test_triton_in_the_interpreter_is_not_timed(monkeypatch):
 
 
 def test_threads_apply_and_restore_the_default():
-    assert threads.apply(1) == 1
-    assert threads.apply(0) == threads.TORCH_DEFAULT
+    assert settings.apply_threads(1) == 1
+    assert settings.apply_threads(0) == settings.TORCH_DEFAULT_THREADS
     with pytest.raises(ValueError):
-        threads.apply(-1)
+        settings.apply_threads(-1)
 
 
 def test_gpu_state_reads_nvidia_smi_and_is_empty_where_not_readable(monkeypatch):

@@ -267,7 +267,7 @@ def _syncs(logits: torch.Tensor, k: int):
 def test_every_capture_routine_restores_the_stream_when_capture_fails(gpu):
     """torch.cuda.graph leaves its side stream current after a failed capture (the first block shows it
     here as on CUDA); perfsuite's capture routines all put the caller's stream back."""
-    from perfsuite.conformance import graph as conformance_graph
+    from perfsuite.conformance import graph_replay as conformance_graph
     from perfsuite.draft import DraftHead, DraftLoop, GraphCache, HeadConfig, LoopConfig
 
     default = torch.cuda.default_stream()

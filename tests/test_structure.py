@@ -16,10 +16,14 @@ PACKAGE = Path(__file__).parents[1] / "perfsuite"
 # measuring, correctness, the scenario, the result rows, the case kinds, then comparing, tools, the
 # report, the sweep and the front ends.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # the host's facts (CPU, memory, cgroup limits): read by the simulated GPU too
-    ("host", ("perfsuite.measure.machine", "perfsuite.errors")),
+    # the host's facts (CPU, memory, cgroup limits), read by the simulated GPU too; the console (an
+    # error in one line, progress bars, signals)
+    ("host", ("perfsuite.measure.machine", "perfsuite.console")),
     # the package's __init__ installs the simulated GPU before anything asks torch.cuda
     ("simulated_gpu", ("perfsuite.simulated_gpu", "perfsuite.__init__")),
+    # the registry of case kinds: data and dotted paths only, read by the scenario loader, the results
+    # files, the sweep and the report (each kind's parts sit in their own layers: KIND_PART_LAYERS)
+    ("case kinds", ("perfsuite.cases.kinds",)),
     # what every case is given: generated logits, logits files, the [timing] and [inputs] settings
     (
         "logits",
@@ -44,7 +48,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "perfsuite.draft.loop",
         ),
     ),
-    # device facts, execution paths (eager, graph, compile), timing, memory, threads, interrupts
+    # device facts, execution paths (eager, graph, compile), timing, memory, the host at run time
     ("measure", ("perfsuite.measure",)),
     ("correctness", ("perfsuite.correctness", "perfsuite.conformance")),
     # scenario files loaded, validated and expanded; a draft table is parsed by its kind (draft/spec.py)
@@ -162,3 +166,104 @@ def test_the_layer_check_names_an_upward_import():
 def test_few_modules_at_the_top():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} top-level modules: {', '.join(top)}"
+
+
+# Modules under SMALL_MODULE lines are plug-ins (one variant each, found by name), package entry points, or
+# one concept several layers share; anything else that small belongs with its neighbour.
+SMALL_MODULE = 40
+SMALL_BY_DESIGN = {
+    "perfsuite.variants.argmax_ones": "a built-in variant: one module each, found by name",
+    "perfsuite.distributed.tp_variants.allgather_identity": "a tensor-parallel variant, found by name",
+    "perfsuite.distributed.tp_variants.allgather_full_softmax": "a tensor-parallel variant, found by name",
+    "perfsuite.variants.ordering": "the suite's tie order, shared by parity, identity, the draft loop, tp",
+}
+
+
+def test_no_two_modules_share_a_base_name():
+    by_name: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(path.stem, []).append(_module_name(path))
+    shared = {name: sorted(mods) for name, mods in by_name.items() if len(mods) > 1}
+    assert not shared, f"modules with one base name: {shared}"
+
+
+def test_small_modules_are_small_by_design():
+    small = {
+        _module_name(path): n
+        for path in PACKAGE.rglob("*.py")
+        if path.name not in ("__init__.py", "__main__.py")
+        and (n := len(path.read_text().splitlines())) < SMALL_MODULE
+    }
+    unexplained = {m: n for m, n in small.items() if m not in SMALL_BY_DESIGN}
+    assert not unexplained, f"modules under {SMALL_MODULE} lines (merge with a neighbour): {unexplained}"
+
+
+# A case kind's part is called by a reader in a given layer, so it must sit in that layer or below.
+KIND_PART_LAYERS = {
+    "parse": "scenario",  # the scenario loader validates the kind's table
+    "columns": "results",  # the results files write its columns
+    "cases": "sweep",
+    "unit": "sweep",
+    "run": "sweep",
+    "rows": "report",
+    "sections": "report",
+}
+
+
+def test_every_case_kind_part_resolves_in_a_layer_its_reader_may_call():
+    from perfsuite.cases import kinds
+
+    layer_index = {name: i for i, (name, _) in enumerate(LAYERS)}
+    too_high = []
+    for kind in kinds.KINDS:
+        for role, reader in KIND_PART_LAYERS.items():
+            path = getattr(kind, role)
+            if path is None:
+                continue
+            assert callable(kind.part(role)) or isinstance(kind.part(role), dict), (kind.name, role)
+            module = path.partition(":")[0]
+            if layer_of(module) > layer_index[reader]:
+                too_high.append(
+                    f"{kind.name}.{role} = {path} (layer {LAYERS[layer_of(module)][0]} > {reader})"
+                )
+    assert not too_high, "case-kind parts above their readers:\n" + "\n".join(too_high)
+    assert len({kind.name for kind in kinds.KINDS}) == len(kinds.KINDS)
+
+
+def test_each_case_kind_baseline_is_its_selectors_baseline():
+    from perfsuite import variants
+    from perfsuite.cases import kinds
+    from perfsuite.distributed import tp_variants
+    from perfsuite.results import schema
+
+    baselines = {kind.name: kind.baseline for kind in kinds.KINDS}
+    assert baselines == {
+        "kernel": variants.BASELINE,
+        "tensor_parallel": tp_variants.BASELINE,
+        "draft": variants.BASELINE,
+    }
+    assert schema.BASELINES == (variants.BASELINE, tp_variants.BASELINE)
+
+
+def test_readers_of_the_case_kinds_name_no_kind():
+    """The scenario loader, the results files, the sweep and the report reach the kinds' modules only
+    through the registry."""
+    graph = import_graph()
+    kind_modules = {
+        "perfsuite.cases.kernel_kind",
+        "perfsuite.draft.draft_cases",
+        "perfsuite.draft.spec",
+        "perfsuite.distributed.tp_cases",
+        "perfsuite.distributed.launch",
+        "perfsuite.report.tp_section",
+        "perfsuite.report.draft_section",
+    }
+    readers = [
+        "perfsuite.scenario.load",
+        "perfsuite.results.run_dir",
+        "perfsuite.sweep",
+        "perfsuite.report.html",
+    ]
+    named = {reader: sorted(graph[reader] & kind_modules) for reader in readers}
+    assert not any(named.values()), f"readers importing a kind's module by name: {named}"

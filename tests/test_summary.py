@@ -68,6 +68,24 @@ def test_markdown_and_command(tmp_path, capsys):
     assert "missing.csv" in capsys.readouterr().err
 
 
+def test_perfsuite_summary_is_the_same_command(tmp_path, capsys):
+    """`perfsuite summary` prints and writes what `python -m perfsuite.report.summary` does, and exits
+    2 on the same bad input."""
+    from perfsuite import cli
+
+    path = tmp_path / "results.csv"
+    frame().to_csv(path, index=False)
+    assert summary.main([str(path), "--out", str(tmp_path / "alias.md")]) == 0
+    alias = capsys.readouterr()
+    assert cli.main(["summary", str(path), "--out", str(tmp_path / "command.md")]) == 0
+    command = capsys.readouterr()
+    assert command.out == alias.out and "Triton targets" in command.out
+    assert (tmp_path / "command.md").read_text() == (tmp_path / "alias.md").read_text()
+    assert cli.main(["summary", str(tmp_path / "missing.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perfsuite summary: ") and "missing.csv" in err
+
+
 def test_the_tuned_table_beside_the_results_joins_the_summary(tmp_path, capsys):
     from perfsuite.kernels import tuned
 

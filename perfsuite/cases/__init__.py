@@ -1,2 +1,2 @@
-"""The case protocol every case kind runs through, and the kernel case kind (the draft loop and tensor
-parallel kinds are in `perfsuite.draft` and `perfsuite.distributed`)."""
+"""The case kinds: their registry (`kinds`), the protocol every kind's runner follows, and the kernel kind
+(the draft loop and tensor-parallel kinds' parts are in `perfsuite.draft` and `perfsuite.distributed`)."""

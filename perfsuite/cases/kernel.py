@@ -1,16 +1,18 @@
 """Kernel cases: one selector call on one device, timed, its traffic accounted for and its outputs
 checked for parity. `KernelCaseRunner` is what `perfsuite run`, `profile`, `call`, `tune` and the
-pytest-benchmark front end prepare and measure a kernel case with."""
+pytest-benchmark front end prepare and measure a kernel case with. Each group sampled in turn also samples
+a reference (`prepare_reference`: a device copy of the case's logits) whose figures every row carries."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
 from perfsuite import variants
-from perfsuite.cases.protocol import Timed, run_case, run_in_turn
+from perfsuite.cases.protocol import Reference, Timed, run_case, run_in_turn
 from perfsuite.correctness import parity
 from perfsuite.correctness.logits_shape import ShapeMemo
 from perfsuite.measure import execution, memory, timing
@@ -31,6 +33,9 @@ class KernelCaseRunner:
     counters: Callable[[Case], dict[str, object]] | None = None  # measured bytes (`run --counters`)
     shapes: ShapeMemo = field(default_factory=ShapeMemo)  # the logits' distribution figures, per tensor
     device: torch.device = field(init=False)
+    reference: ClassVar[bool] = True
+    """Whether groups sampled in turn also sample the reference (`prepare_reference`); a harness measuring
+    its cost sets it False on the class."""
 
     def __post_init__(self) -> None:
         self.device = torch.device(self.info.device)
@@ -85,6 +90,7 @@ class KernelCaseRunner:
             + elements * 8  # the float64 reference's logsumexp
             + 2 * variant.traffic(case.batch, case.vocab, case.topk, dtype).temp
             + elements * dtype.itemsize  # the baseline's probabilities
+            + elements * dtype.itemsize  # the in-turn reference's copy of the logits
         )
         host = inputs.host_bytes_needed(case.logits, case.batch, case.inputs.files)
         return memory.fits(need, self.device, host_bytes=host)
@@ -94,10 +100,33 @@ class KernelCaseRunner:
         return run_case(self, case)
 
     def run_in_turn(self, cases: Sequence[Case]) -> list[dict[str, object]]:
-        """Measure cases of one shape and path, sampled in turn; speedups paired with the baseline's."""
+        """Measure cases of one shape and path, sampled in turn with the reference of their logits;
+        speedups paired with the baseline's."""
         names = [case.variant for case in cases]
         baseline = names.index(variants.BASELINE) if variants.BASELINE in names else None
-        return run_in_turn(self, cases, cases[0].timing, baseline)
+        make = (lambda: self.prepare_reference(cases[0])) if self.reference else None
+        return run_in_turn(self, cases, cases[0].timing, baseline, make)
+
+    def prepare_reference(self, case: Case) -> Reference:
+        """The group's in-turn reference: a device copy of the case's logits into a preallocated buffer
+        (`dst.copy_(logits)`: one read and one write, the floor of any selector), timed as the cases are:
+        flushed before each sample when cold; on the graph path `unroll` copies captured in a graph, on
+        the eager and compile paths called eagerly (a copy has nothing to compile)."""
+        logits = self.logits(case)
+        dst = torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+        def body() -> execution.Outputs:
+            dst.copy_(logits)
+            return dst, dst
+
+        graphed = case.path == "graph" and self.device.type == "cuda"
+        prepared = execution.PreparedCall(case.path, body, body, graphed=graphed)
+        copy_bytes = 2 * logits.numel() * logits.element_size()
+
+        def row(ref: timing.Samples, own: timing.Samples, figures: dict[str, object]) -> dict[str, object]:
+            return reference_figures(ref, own, figures, copy_bytes)
+
+        return Reference(timing.sampler_for(prepared, self.info, case.timing), row)
 
     def identify(self, case: Case) -> dict[str, object]:
         return {**case_row(case, self.env), "launch": launch_of(case)}
@@ -148,3 +177,28 @@ class KernelCaseRunner:
         return figures(
             samples, traffic, ideal, peak_temp, self.info.peak_gbps, copy, self.info.model_cache_bytes
         )
+
+
+REFERENCE = "logits copy"
+"""What the in-turn reference is, as the `reference` column starts."""
+
+
+def reference_figures(
+    ref: timing.Samples, own: timing.Samples, row: dict[str, object], copy_bytes: int
+) -> dict[str, object]:
+    """A row's reference columns: the reference's median and p20/p80, the row's time over it per round
+    (`vs_ref`: median, p20, p80), the copy rate measured in turn and the row's `gbps` as a percent of it."""
+    ratio = timing.paired_ratio(own, ref)
+    copy = memory.gbps(copy_bytes, ref.median_us * 1e-6)
+    gbps = row.get("gbps")
+    return {
+        "ref_median_us": ref.median_us,
+        "ref_p20_us": ref.p20_us,
+        "ref_p80_us": ref.p80_us,
+        "vs_ref": ratio.median,
+        "vs_ref_p20": ratio.p20,
+        "vs_ref_p80": ratio.p80,
+        "copy_gbps_in_turn": copy,
+        "pct_copy_in_turn": memory.percent(gbps, copy) if isinstance(gbps, (int, float)) else float("nan"),
+        "reference": f"{REFERENCE}, {ref.method}",
+    }

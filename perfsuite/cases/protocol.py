@@ -7,10 +7,14 @@ case (out of memory is a skip, anything else an error), stamped; a broken case n
 
 A `PairedRunner` prepares cases without timing them, so `run_in_turn` can sample the cases of one shape
 in turn and give each its speedup as a ratio of samples taken in the same seconds (`timing.paired_ratio`).
+A group may bring a `Reference` (kernel cases: a device copy of the case's logits), one more sampler in
+the turn: each row gets its figures and the row's time over it, round by round, so `perfsuite compare`
+can judge every variant, the baseline included, against a workload sampled in the same seconds.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -77,16 +81,35 @@ class PairedRunner(CaseRunner[CaseT], Protocol):
 
 SAMPLES = "sample_seconds"
 """The row key that carries a measured case's raw samples (seconds) to the run's samples log."""
+REF_SAMPLES = "ref_sample_seconds"
+"""The row key that carries the in-turn reference's raw samples (seconds, the same rounds as `SAMPLES`)."""
+
+
+@dataclass
+class Reference:
+    """A fixed workload sampled in turn with the cases of a group: its sampler, and the columns it gives a
+    row from (the reference's samples, the row's samples, the row's figures so far)."""
+
+    sampler: timing.Sampler
+    figures: Callable[[timing.Samples, timing.Samples, dict[str, object]], dict[str, object]]
 
 
 def run_in_turn(
-    runner: PairedRunner[CaseT], cases: Sequence[CaseT], settings: Timing, baseline: int | None = None
+    runner: PairedRunner[CaseT],
+    cases: Sequence[CaseT],
+    settings: Timing,
+    baseline: int | None = None,
+    reference: Callable[[], Reference | None] | None = None,
 ) -> list[dict[str, object]]:
     """The rows of cases of one shape, sampled in turn (`timing.measure_in_turn`); `baseline`: the index of
-    the case the others' speedups are paired against. A case that cannot run or breaks gets its row; if
-    one breaks while sampled, the others are timed alone (their speedups then come from medians)."""
+    the case the others' speedups are paired against; `reference`: makes the group's `Reference` once its
+    cases are prepared (None, or raising: the group goes without). The reference shares the group's time
+    budget (`measure_each`'s `budgeted`). A case that cannot run or breaks gets its row; if one breaks
+    while sampled, the others are timed alone (their speedups then come from medians, and no row gets the
+    reference)."""
     rows = [runner.identify(case) for case in cases]
     ready: dict[int, Timed] = {}
+    ref: Reference | None = None
     since = machine.snapshot()
     try:
         for i, case in enumerate(cases):
@@ -98,7 +121,12 @@ def run_in_turn(
                     ready[i] = runner.prepare_timed(case)
             except Exception as exc:  # one broken case must not stop the others
                 rows[i].update(failure(exc))
-        measured = timing.measure_each([t.sampler for t in ready.values()], settings) if ready else []
+        ref = _reference(reference) if ready else None
+        guard = _Guarded(ref.sampler) if ref else None
+        samplers = [t.sampler for t in ready.values()] + ([guard] if guard else [])
+        measured = timing.measure_each(samplers, settings, budgeted=len(ready)) if ready else []
+        paired = all(isinstance(m, timing.Samples) for m in measured)  # all in turn (reference too)
+        ref_samples = measured.pop() if ref else None
         samples: dict[int, timing.Samples] = {}
         for i, outcome in zip(ready, measured, strict=True):
             if isinstance(outcome, BaseException):
@@ -111,7 +139,6 @@ def run_in_turn(
                 continue
             samples[i] = outcome
             rows[i][SAMPLES] = list(outcome.seconds)
-        paired = all(isinstance(m, timing.Samples) for m in measured)
         if baseline in samples and paired:
             for i, own in samples.items():
                 ratio = timing.paired_ratio(samples[baseline], own)
@@ -121,8 +148,51 @@ def run_in_turn(
                     speedup_p80=ratio.p80,
                     speedup_method="paired",
                 )
+        if (
+            ref is not None
+            and guard
+            and not guard.broken
+            and isinstance(ref_samples, timing.Samples)
+            and paired
+        ):
+            for i, own in samples.items():
+                try:
+                    rows[i].update(ref.figures(ref_samples, own, rows[i]))
+                except Exception:  # the reference's figures never break a measured row
+                    continue
+                rows[i][REF_SAMPLES] = list(ref_samples.seconds)
     finally:
         ready.clear()
+        ref = None
         runner.release()
     finished = stamp(since)
     return [{**row, **finished} for row in rows]
+
+
+def _reference(make: Callable[[], Reference | None] | None) -> Reference | None:
+    """The group's reference, or None where there is none or it cannot be made (out of memory, ...)."""
+    if make is None:
+        return None
+    try:
+        return make()
+    except Exception:  # a group without its reference is still measured (compare: today's rule)
+        return None
+
+
+class _Guarded(timing.Sampler):
+    """The reference's sampler, never raising: a reference that breaks gives NaN from then on (`broken`),
+    so the variants stay sampled in turn and only the reference's figures are lost."""
+
+    def __init__(self, inner: timing.Sampler):
+        self.inner, self.broken, self.method = inner, False, inner.method
+
+    def sample(self) -> float:
+        if not self.broken:
+            try:
+                return self.inner.sample()
+            except Exception:
+                self.broken = True
+        return math.nan
+
+    def settle(self, seconds: Sequence[float]) -> tuple[float, ...]:
+        return tuple(seconds) if self.broken else timing.settled(self.inner, seconds)

@@ -4,21 +4,32 @@ Matching: two rows are the same case when `schema.CASE_KEYS` (variant, path, dty
 logits, l2, tp) and the device name are equal (`ignore_device` drops the device, to compare two machines).
 A side holding one case several times keeps its last row (`duplicates` counts the others).
 
-Noise rule, for a case timed in both runs, with ratio = new median / base median:
+The judged change: where both runs sampled the in-turn reference with the case (a copy of its logits,
+`cases.kernel.KernelCaseRunner.prepare_reference`; the row's `vs_ref`, its time over the reference's, round
+by round), the change is anchored: new vs_ref / base vs_ref (`anchored_ratio`), so a machine that is slower
+in one run moves the case and the reference alike and cancels; the baseline variant gets the same
+treatment. The absolute ratio (new median / base median) stays beside it. Rows without the reference in
+both runs (results from before it, tensor-parallel rows) keep the rule as it was: the plain ratio, anchored
+to the shape's baseline in the run-to-run floor; `drift_line` says how many.
+
+Noise rule, for a case timed in both runs, with ratio = the judged change:
 - within the threshold (1 / (1 + threshold) <= ratio <= 1 + threshold): `same`;
 - past it, and the base or the new row is `unstable` (p20-p80 spread above `timing.UNSTABLE_SPREAD` of its
   median; derived from p20/p80 where a file has no `unstable` column): `noisy`, never slower nor faster;
-- past it, both runs' raw samples at hand (`samples.jsonl` beside the results) and enough of them for the
-  test to reach `rank_sum.ALPHA`: `slower` (`faster`) when the two-sided Mann-Whitney U test gives
-  p < ALPHA and the new samples rank above (below) the base ones, else `noisy`;
-- past it, without usable samples but with p20/p80 on both rows: `slower` when the new p20 is above the
-  base p80 (the middle 60 % of the two runs' samples do not overlap), `faster` mirrored, else `noisy`;
+- past it, both runs' raw samples at hand (`samples.jsonl` beside the results; anchored: the per-round
+  ratios of the case's samples to the reference's) and enough of them for the test to reach
+  `rank_sum.ALPHA`: `slower` (`faster`) when the two-sided Mann-Whitney U test gives p < ALPHA and the new
+  samples rank above (below) the base ones, else `noisy`;
+- past it, without usable samples but with p20/p80 on both rows (anchored: of vs_ref): `slower` when the
+  new p20 is above the base p80 (the middle 60 % of the two runs' samples do not overlap), `faster`
+  mirrored, else `noisy`;
 - past it, without samples nor p20/p80: the medians alone decide.
-Run-to-run noise: a slower (faster) case must also clear the floor of `run_noise`: its change, anchored to
-the baseline of its shape (sampled in turn with it), beyond `run_noise.NOISE_SIGMAS` times its variant's
-run-to-run noise in this comparison, or its whole variant shifted; else it is `noisy`.
-`drift_line` states the median ratio over every timed case: a whole run slower than the other points at
-the machine (load, clocks), and is said, never subtracted from the verdicts.
+Run-to-run noise: a slower (faster) case must also clear the floor of `run_noise`: its change (against the
+reference; without it, anchored to the baseline of its shape) beyond `run_noise.NOISE_SIGMAS` times its
+variant's run-to-run noise in this comparison, or its whole variant shifted beyond the reference's own
+shift by more than the threshold; else it is `noisy`.
+`drift_line` states the median absolute ratio over every timed case and the reference's own shift (the
+machine's drift between the runs, which the anchored verdicts take out).
 Parity: a verdict that got worse (pass < inexact < fail) is a regression whatever the time, and so is a case
 that ran in the base and errors in the new run. Inputs: anything `results.read.load_results` reads
 (the suite's csv/json/jsonl, a run folder, pytest-benchmark JSON whose entries carry a result row), or a plain
@@ -38,7 +49,7 @@ import pandas as pd
 
 from perfsuite.compare import run_noise
 from perfsuite.compare.rank_sum import ALPHA, mann_whitney_u, smallest_p_value
-from perfsuite.measure.timing import UNSTABLE_SPREAD
+from perfsuite.measure.timing import UNSTABLE_SPREAD, Samples, paired_ratio
 from perfsuite.results import sweep_shards
 from perfsuite.results.read import load_results, load_samples
 from perfsuite.results.schema import BASELINES, CASE_KEYS
@@ -48,11 +59,14 @@ VERDICT_RANK = {"pass": 0, "inexact": 1, "fail": 2}
 FAILING = ("slower", "parity worse", "broken")
 """Outcomes that make `perfsuite compare` exit 1."""
 ORDER = ("broken", "parity worse", "slower", "noisy", "skipped now", "faster", "same", "not timed")
-NUMBERS = ("median_us", "p20_us", "p80_us", "bytes_model", "bytes_measured", "spread", "other_cores")
+NUMBERS = ("median_us", "p20_us", "p80_us", "bytes_model", "bytes_measured", "spread", "other_cores",
+           "ref_median_us", "vs_ref", "vs_ref_p20", "vs_ref_p80")  # fmt: skip
 TEXTS = (*KEYS, "status", "verdict", "case_id", "reason", "run")
 """A run's raw samples, beside its results (`run_dir.LOGS`): {"case_id", "run", "seconds": [...]} a line."""
 SECONDS = "seconds"
 """The column `load_side` puts a case's raw samples in (a tuple of seconds; None without)."""
+REF_SECONDS = "ref_seconds"
+"""... and the in-turn reference's samples, the same rounds (`samples.jsonl`'s ref_seconds; None without)."""
 RULES = ("unstable", "rank test", "p20/p80 band", "medians")
 """What decided a timed case's outcome (the `rule` column), in the order they are tried."""
 
@@ -115,23 +129,33 @@ def load_side(path: str | Path) -> pd.DataFrame:
     return with_samples(_normalized(frame), _samples_by_case(load_samples(path)))
 
 
-def _samples_by_case(logged: pd.DataFrame | None) -> dict[tuple[str, str], tuple[float, ...]]:
-    """(case_id, run) -> its samples; the last entry of a case and run wins."""
+Logged = dict[tuple[str, str], tuple[tuple[float, ...], tuple[float, ...] | None]]
+"""(case_id, run) -> the case's samples and the reference's of the same rounds (None: not logged)."""
+
+
+def _samples_by_case(logged: pd.DataFrame | None) -> Logged:
+    """(case_id, run) -> its samples and its reference's; the last entry of a case and run wins."""
     if logged is None:
         return {}
+    refs = logged[REF_SECONDS] if REF_SECONDS in logged else [None] * len(logged)
+    columns = zip(logged["case_id"], logged["run"], logged["seconds"], refs, strict=True)
     return {
-        (case_id, _run_text(run)): tuple(seconds) for case_id, run, seconds in logged.itertuples(index=False)
+        (case_id, _run_text(run)): (tuple(seconds), _samples_or_none(ref))
+        for case_id, run, seconds, ref in columns
     }
 
 
-def with_samples(frame: pd.DataFrame, samples: dict[tuple[str, str], tuple[float, ...]]) -> pd.DataFrame:
-    """`frame` with each row's raw samples in `SECONDS`: those logged for its case_id and its run label
-    (no label: those logged without one), so two runs' samples of one case never mix."""
+def with_samples(frame: pd.DataFrame, samples: Logged) -> pd.DataFrame:
+    """`frame` with each row's raw samples in `SECONDS` and its reference's in `REF_SECONDS`: those logged
+    for its case_id and its run label (no label: those logged without one), so two runs' samples of one
+    case never mix."""
     frame = frame.copy()
-    frame[SECONDS] = [
-        samples.get((case_id, _run_text(run))) if isinstance(case_id, str) else None
+    found = [
+        samples.get((case_id, _run_text(run)), (None, None)) if isinstance(case_id, str) else (None, None)
         for case_id, run in zip(frame["case_id"], frame["run"], strict=True)
     ]
+    frame[SECONDS] = [own for own, _ in found]
+    frame[REF_SECONDS] = [ref for _, ref in found]
     return frame
 
 
@@ -158,9 +182,23 @@ def _normalized(frame: pd.DataFrame) -> pd.DataFrame:
         flag if flag is not None else bool(spread > UNSTABLE_SPREAD)
         for flag, spread in zip(said, frame["spread"], strict=True)
     ]
-    if SECONDS not in frame:
-        frame[SECONDS] = None
-    frame[SECONDS] = [_samples_or_none(v) for v in frame[SECONDS]]
+    for column in (SECONDS, REF_SECONDS):
+        if column not in frame:
+            frame[column] = None
+        frame[column] = [_samples_or_none(v) for v in frame[column]]
+    return _vs_ref_from_samples(frame)
+
+
+def _vs_ref_from_samples(frame: pd.DataFrame) -> pd.DataFrame:
+    """vs_ref (median, p20, p80 of the per-round ratios) from a row's paired samples where it has none."""
+    columns = ["vs_ref", "vs_ref_p20", "vs_ref_p80"]
+    values = frame[columns].to_numpy(dtype=float, copy=True)
+    for at in np.flatnonzero(np.isnan(values[:, 0])):  # by position: a concatenated frame repeats labels
+        own, ref = frame[SECONDS].iat[at], frame[REF_SECONDS].iat[at]
+        if own and ref and len(own) == len(ref):
+            ratio = paired_ratio(Samples(own, ""), Samples(ref, ""))
+            values[at] = [ratio.median, ratio.p20, ratio.p80]
+    frame[columns] = values
     return frame
 
 
@@ -208,11 +246,14 @@ def _timed_mask(table: pd.DataFrame) -> pd.Series:
 class Comparison:
     """Matched cases (a row each: base_* and new_* columns, ratios, an outcome) and what was left over.
 
-    Besides each side's figures (`base_spread`, `new_unstable`, `base_other_cores`, ...) a row holds:
-    `ratio` (new / base median), `band_low`/`band_high` (new p20 / base p80, new p80 / base p20),
-    `p_value` (the rank test, where both sides have raw samples), `new_larger` (the share of sample pairs
-    where the new one is slower), `base_raw_samples`/`new_raw_samples` (the counts behind the test),
-    `rule` (which of `RULES` judged the case) and `outcome` (one of `ORDER`)."""
+    Besides each side's figures (`base_spread`, `new_unstable`, `base_other_cores`, `base_vs_ref`, ...) a
+    row holds: `ratio` (new / base median, the absolute change), `ref_ratio` (the reference's own new /
+    base median), `anchored_ratio` (new vs_ref / base vs_ref), `by_reference` (both runs have the
+    reference: the anchored figures are judged), `judged_ratio` (the one judged), `band_low`/`band_high`
+    (new p20 / base p80, new p80 / base p20; of vs_ref where anchored), `p_value` (the rank test, where
+    both sides have raw samples; anchored: on the per-round ratios to the reference), `new_larger` (the
+    share of sample pairs where the new one is slower), `base_raw_samples`/`new_raw_samples` (the counts
+    behind the test), `rule` (which of `RULES` judged the case) and `outcome` (one of `ORDER`)."""
 
     table: pd.DataFrame
     threshold: float
@@ -227,10 +268,10 @@ class Comparison:
         timed = self.timed
         if "noise" not in timed or not (timed["noise"] > 0).any():
             return ""
-        per = timed.groupby([timed["variant"].map(_key_text), timed["anchored"]])["noise"].first()
+        per = timed.groupby([timed["variant"].map(_key_text), timed["anchor"]])["noise"].first()
         return ", ".join(
-            f"{name} {100 * value:.2g} %{' (against the baseline)' if anchored else ''}"
-            for (name, anchored), value in per.items()
+            f"{name} {100 * value:.2g} %{f' (against the {anchor})' if anchor else ''}"
+            for (name, anchor), value in per.items()
         )
 
     @property
@@ -253,6 +294,19 @@ class Comparison:
         ratios = self.timed["ratio"]
         return float(ratios.median()) if len(ratios) else math.nan
 
+    @property
+    def anchored(self) -> pd.DataFrame:
+        """The timed cases with the reference in both runs (judged against it)."""
+        timed = self.timed
+        return timed[timed["by_reference"].astype(bool)] if "by_reference" in timed else timed.iloc[0:0]
+
+    @property
+    def ref_drift(self) -> float:
+        """The median of the reference's own new / base ratio over the anchored cases (NaN: none): the
+        machine's drift between the runs as a fixed workload sampled with every case saw it."""
+        ratios = self.anchored["ref_ratio"].dropna()
+        return float(ratios.median()) if len(ratios) else math.nan
+
 
 def _outcome(row: pd.Series, threshold: float) -> str:
     base_ok, new_ok = row["base_status"] == "ok", row["new_status"] == "ok"
@@ -264,8 +318,8 @@ def _outcome(row: pd.Series, threshold: float) -> str:
         return "parity worse"
     if base_ok and not new_ok:
         return "skipped now"
-    ratio = row["ratio"]
-    if not (base_ok and new_ok) or math.isnan(ratio):
+    ratio = row["judged_ratio"]
+    if not (base_ok and new_ok) or math.isnan(row["ratio"]) or math.isnan(ratio):
         return "not timed"
     if 1 / (1 + threshold) <= ratio <= 1 + threshold:
         return "same"
@@ -294,14 +348,33 @@ def _rule(row: pd.Series) -> str:
     return "medians"
 
 
+def _per_round(own: object, ref: object) -> tuple[float, ...] | None:
+    """A row's samples over its reference's, round by round (None without both, or unpaired)."""
+    own, ref = _samples_or_none(own), _samples_or_none(ref)
+    if not own or not ref or len(own) != len(ref):
+        return None
+    return tuple(a / b for a, b in zip(own, ref, strict=True) if b > 0) or None
+
+
+def _judged_samples(table: pd.DataFrame, side: str) -> list[tuple[float, ...] | None]:
+    """Each row's samples as judged: its per-round ratios to the reference where anchored, else its own."""
+    return [
+        _per_round(own, ref) if anchored else _samples_or_none(own)
+        for own, ref, anchored in zip(
+            table[f"{side}_{SECONDS}"], table[f"{side}_{REF_SECONDS}"], table["by_reference"], strict=True
+        )
+    ]
+
+
 def _rank_tests(table: pd.DataFrame) -> pd.DataFrame:
-    """p_value and new_larger (`rank_sum.RankTest`) where both rows carry raw samples, else NaN; and the
-    sample counts behind them."""
+    """p_value and new_larger (`rank_sum.RankTest`) where both rows carry raw samples (anchored rows: their
+    per-round ratios to the reference), else NaN; and the sample counts behind them."""
     out = pd.DataFrame(
         math.nan, index=table.index, columns=["p_value", "new_larger", "base_raw_samples", "new_raw_samples"]
     )
-    for i, base, new in zip(table.index, table[f"base_{SECONDS}"], table[f"new_{SECONDS}"], strict=True):
-        base, new = _samples_or_none(base), _samples_or_none(new)
+    for i, base, new in zip(
+        table.index, _judged_samples(table, "base"), _judged_samples(table, "new"), strict=True
+    ):
         out.loc[i, "base_raw_samples"] = len(base) if base else math.nan
         out.loc[i, "new_raw_samples"] = len(new) if new else math.nan
         if base and new:
@@ -324,7 +397,18 @@ def compare(
     base_k, base_dups = _keyed(_normalized(base), keys)
     new_k, new_dups = _keyed(_normalized(new), keys)
     key_columns = [f"k_{k}" for k in keys]
-    kept = ["case_id", *keys, "status", "verdict", "reason", "run", "unstable", SECONDS, *NUMBERS]
+    kept = [
+        "case_id",
+        *keys,
+        "status",
+        "verdict",
+        "reason",
+        "run",
+        "unstable",
+        SECONDS,
+        REF_SECONDS,
+        *NUMBERS,
+    ]
     left = base_k[[*key_columns, *kept]].rename(columns={c: f"base_{c}" for c in kept})
     right = new_k[[*key_columns, *(c for c in kept if c not in keys)]].rename(
         columns={c: f"new_{c}" for c in kept}
@@ -337,12 +421,22 @@ def compare(
     several = "device" in table and table["device"].map(_key_text).nunique() > 1
     table["case"] = [_label(r, keys, several) for r in table.to_dict("records")]
     table["ratio"] = table["new_median_us"] / table["base_median_us"]
-    table["band_low"] = table["new_p20_us"] / table["base_p80_us"]
-    table["band_high"] = table["new_p80_us"] / table["base_p20_us"]
+    table["ref_ratio"] = table["new_ref_median_us"] / table["base_ref_median_us"]
+    table["anchored_ratio"] = table["new_vs_ref"] / table["base_vs_ref"]
+    ok = (table["base_status"] == "ok") & (table["new_status"] == "ok")
+    table["by_reference"] = ok & np.isfinite(table["anchored_ratio"]) & (table["anchored_ratio"] > 0)
+    anchored = table["by_reference"]
+    table["judged_ratio"] = table["anchored_ratio"].where(anchored, table["ratio"])
+    table["band_low"] = (table["new_vs_ref_p20"] / table["base_vs_ref_p80"]).where(
+        anchored, table["new_p20_us"] / table["base_p80_us"]
+    )
+    table["band_high"] = (table["new_vs_ref_p80"] / table["base_vs_ref_p20"]).where(
+        anchored, table["new_p80_us"] / table["base_p20_us"]
+    )
     table["bytes_measured_ratio"] = table["new_bytes_measured"] / table["base_bytes_measured"]
     table["bytes_model_ratio"] = table["new_bytes_model"] / table["base_bytes_model"]
     table = pd.concat([table, _rank_tests(table)], axis=1)
-    table = table.drop(columns=[f"base_{SECONDS}", f"new_{SECONDS}"])
+    table = table.drop(columns=[f"{side}_{c}" for side in ("base", "new") for c in (SECONDS, REF_SECONDS)])
     records = [r for _, r in table.iterrows()]
     table["rule"] = [_rule(r) if not math.isnan(r["ratio"]) else "" for r in records]
     if len(table):
@@ -351,7 +445,7 @@ def compare(
     table["outcome"] = [_outcome(r, threshold) for _, r in table.iterrows()] if len(table) else []
     rank = {o: i for i, o in enumerate(ORDER)}
     table = table.sort_values(
-        ["outcome", "ratio"], key=lambda s: s.map(rank) if s.name == "outcome" else -s.fillna(0)
+        ["outcome", "judged_ratio"], key=lambda s: s.map(rank) if s.name == "outcome" else -s.fillna(0)
     ).reset_index(drop=True)
     return Comparison(table, threshold, base_only, new_only, base_dups + new_dups, *names)
 
@@ -387,12 +481,13 @@ def bytes_ratio(row: pd.Series) -> str:
     return ""
 
 
-def rule_text(threshold: float, floor: bool = False) -> str:
-    """The noise rule in one clause, for the summary line."""
+def rule_text(threshold: float, floor: bool = False, reference: bool = False) -> str:
+    """The noise rule in one clause, for the summary line (`reference`: cases judged against it)."""
     floor = f" and beyond {run_noise.NOISE_SIGMAS:g}x its run-to-run noise" if floor else ""
+    against = " (its time over the in-turn reference's, where both runs have it)" if reference else ""
     return (
-        f"rule: slower/faster past {100 * threshold:.3g} %{floor} when the rank test on raw samples gives "
-        f"p < {ALPHA:g} (without samples: new p20 above base p80); unstable cases are noisy"
+        f"rule: slower/faster past {100 * threshold:.3g} %{against}{floor} when the rank test on raw samples "
+        f"gives p < {ALPHA:g} (without samples: new p20 above base p80); unstable cases are noisy"
     )
 
 
@@ -406,14 +501,42 @@ def summary_line(comparison: Comparison) -> str:
     if comparison.duplicates:
         extra.append(f"{comparison.duplicates} duplicate rows (the last kept)")
     more = f" ({'; '.join(extra)})" if extra else ""
-    rule = rule_text(comparison.threshold, bool(comparison.noise_text()))
+    rule = rule_text(comparison.threshold, bool(comparison.noise_text()), not comparison.anchored.empty)
     return f"{len(comparison.table)} cases matched{more}: {counts}; {rule}"
+
+
+def reference_text(comparison: Comparison) -> str:
+    """What the in-turn reference saw: its own new / base shift over the anchored cases, and how many
+    timed cases went without it (judged by the rule as it was before the reference)."""
+    timed, anchored = comparison.timed, comparison.anchored
+    without = len(timed) - len(anchored)
+    parts = []
+    if len(anchored):
+        ratios = anchored["ref_ratio"].dropna()
+        spread = (
+            f" (p20 {_ratio_text(ratios.quantile(0.2))}, p80 {_ratio_text(ratios.quantile(0.8))})"
+            if len(ratios)
+            else ""
+        )
+        parts.append(
+            f"reference (a copy of each case's logits, sampled in turn): new/base median "
+            f"{_ratio_text(comparison.ref_drift)}{spread} over {len(anchored)} cases, the machine's drift; "
+            "each of them judged by its time over the reference's, the absolute ratio shown beside"
+        )
+    if without:
+        which = "none of the" if not len(anchored) else f"{without} of the {len(timed)}"
+        parts.append(
+            f"{which} timed cases without the reference in both runs (results from before it): judged by "
+            "the earlier rule (the ratio of medians; variants anchored to full_softmax, full_softmax as is)"
+        )
+    return "; ".join(parts)
 
 
 def drift_line(comparison: Comparison) -> str:
     """The machine-wide picture: the median new / base ratio over every timed case, how many rows are
-    unstable on each side and how busy other processes kept the machine. A median past the threshold is
-    said, not subtracted: every case keeps its own verdict."""
+    unstable on each side, how busy other processes kept the machine and what the in-turn reference saw
+    (`reference_text`). The absolute median is said, not subtracted; the cases judged against the
+    reference have the machine's drift taken out by it."""
     timed = comparison.timed
     if timed.empty:
         return "all cases: none timed in both runs"
@@ -430,12 +553,19 @@ def drift_line(comparison: Comparison) -> str:
     if not all(math.isnan(b) for b in busy):
         shown = ["?" if math.isnan(b) else f"{b:.1f}" for b in busy]
         parts.append(f"other processes kept {shown[0]} → {shown[1]} cores busy (median over cases)")
-    line = "; ".join(parts)
+    parts.append(reference_text(comparison))
+    line = "; ".join(p for p in parts if p)
     limit = 1 + comparison.threshold
-    if comparison.drift > limit or comparison.drift < 1 / limit:
+    moved = comparison.drift > limit or comparison.drift < 1 / limit
+    if moved and comparison.anchored.empty:
         line += (
             "; most cases moved together: suspect the machine (load, clocks, other jobs) as much as the "
             "code, and rerun both on a quiet machine"
+        )
+    elif moved:
+        line += (
+            "; most cases moved together: where the reference moved with them the machine did, and the "
+            "verdicts against it take that out"
         )
     return line
 
@@ -479,6 +609,10 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
             "base us": shown["base_median_us"].map(lambda v: f"{v:.4g}"),
             "new us": shown["new_median_us"].map(lambda v: f"{v:.4g}"),
             "ratio": shown["ratio"].map(_ratio_text),
+            "vs ref": [
+                _ratio_text(r) if anchored else ""
+                for r, anchored in zip(shown["anchored_ratio"], shown["by_reference"], strict=True)
+            ],
             "p": shown["p_value"].map(p_text),
             "p20/p80 band": [
                 f"{_ratio_text(lo)}-{_ratio_text(hi)}"
@@ -501,6 +635,14 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
             f"\n! unstable: p20-p80 spread above {100 * UNSTABLE_SPREAD:.0f} % of the median "
             "(noisy, never slower or faster)"
         )
+    if out["vs ref"].ne("").any():
+        legend += (
+            "\nratio: new / base median (absolute); vs ref: new / base of the case's time over the in-turn "
+            "reference's (a copy of its logits, the same rounds): what is judged"
+        )
+    else:
+        out = out.drop(columns="vs ref")
     if out["p"].ne("").any():
         legend += "\np: two-sided Mann-Whitney U test on the two runs' raw samples"
+        legend += " (vs ref: on their per-round ratios to the reference)" if "vs ref" in out else ""
     return f"{out.to_string(index=False)}{tail}{legend}\n{summary_line(comparison)}\n{drift_line(comparison)}"

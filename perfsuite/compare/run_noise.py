@@ -7,15 +7,20 @@ seconds moves with it. On the 2-core VM perfsuite is built on, two idle runs of 
 robust standard deviation of about 10 % per case, with heavier tails than a normal law.
 
 Three figures per matched case, from the comparison itself:
-- `judged`: log(new / base), anchored to the baseline where the case's shape has a baseline row in both
-  runs: log(new / base) - log(baseline new / base). The variants of a shape are sampled in turn, so the
-  machine's slow seconds move both alike and cancel in the anchored figure (a change of the paired
-  speedup). The baseline itself, and shapes without it, are judged on the plain log ratio.
+- `judged`: where both runs sampled the in-turn reference with the case (`by_reference`), the log of the
+  anchored ratio, log(new vs_ref / base vs_ref): the machine's drift between the runs, which moves the
+  reference as it moves the case, cancels; every variant, the baseline included (`anchor` "reference").
+  Without it (results from before the reference): log(new / base), anchored to the baseline where the
+  case's shape has a baseline row in both runs: log(new / base) - log(baseline new / base) (`anchor`
+  "baseline"); the variants of a shape are sampled in turn, so the machine's slow seconds move both alike
+  and cancel. The baseline itself, and shapes without it, are judged on the plain log ratio.
 - `noise`: the robust standard deviation (1.4826 x MAD around the median) of `judged` over the cases of the
-  same variant judged the same way (anchored or not), with `NOISE_MIN_CASES` of them, else over all timed
+  same variant judged the same way (`anchor`), with `NOISE_MIN_CASES` of them, else over all timed
   cases, else 0 (no floor). Around the median, so a change of all of a variant's cases still counts.
-- `variant_shift`: the median log ratio of the variant over all its cases, and its standard error: a change
-  of a whole variant (or of everything, as a torch upgrade) that the anchored figure cancels.
+- `variant_shift`: the median log ratio of the variant over all its cases judged the same way, and its
+  standard error: a change of a whole variant (or of everything, as a torch upgrade) that the
+  baseline-anchored figure cancels. Against the reference it is the median anchored log ratio: the
+  variant's shift beyond the reference's own, so a uniform drift of the machine is no shift.
 
 A case clears the floor when `judged` lies beyond `NOISE_SIGMAS` x noise in the direction of its own
 change, or when its variant shifted as a whole that way by more than the threshold and `NOISE_SIGMAS`
@@ -52,35 +57,41 @@ def robust_sigma(logs: pd.Series) -> float:
 def judge(
     table: pd.DataFrame, timed: pd.Series, shape: list[str], baselines: tuple[str, ...]
 ) -> pd.DataFrame:
-    """`judged`, `anchored`, `noise`, `variant_shift` and `variant_se` for every row of a comparison table
-    (columns `variant`, `ratio` and the `shape` keys; `timed`: rows timed in both runs)."""
+    """`judged`, `anchor`, `anchored`, `noise`, `variant_shift` and `variant_se` for every row of a
+    comparison table (columns `variant`, `ratio`, the `shape` keys and, where the runs had the reference,
+    `by_reference` and `anchored_ratio`; `timed`: rows timed in both runs)."""
     out = pd.DataFrame(index=table.index)
     logs = np.log(table["ratio"].where(timed))
+    by_ref = timed & (table["by_reference"].astype(bool) if "by_reference" in table else False)
+    ref_logs = np.log(table["anchored_ratio"].where(by_ref)) if "anchored_ratio" in table else logs * np.nan
     variant = table["variant"].map(str)
     shape_key = table[shape].map(str).agg("/".join, axis=1)
     is_base = variant.isin(baselines)
     base_log = logs[is_base & timed].groupby(shape_key[is_base & timed]).first()
     anchor = shape_key.map(base_log)
-    out["anchored"] = ~is_base & anchor.notna() & timed
-    out["judged"] = logs.where(~out["anchored"], logs - anchor)
+    out["anchored"] = ~is_base & anchor.notna() & timed & ~by_ref  # against the baseline
+    out["anchor"] = np.where(by_ref, "reference", np.where(out["anchored"], "baseline", ""))
+    out["judged"] = ref_logs.where(by_ref, logs.where(~out["anchored"], logs - anchor))
     pooled = robust_sigma(out["judged"][timed])
-    kind = variant + out["anchored"].map({True: " anchored", False: ""})
+    kind = variant + " " + out["anchor"]
     counts = kind[timed].value_counts()
     own = out["judged"][timed].groupby(kind[timed]).agg(robust_sigma)
     own = own[counts.reindex(own.index) >= NOISE_MIN_CASES]
     out["noise"] = kind.map(own).fillna(pooled)
-    per_variant = logs[timed].groupby(variant[timed])
-    out["variant_shift"] = variant.map(per_variant.median())
+    shifts = ref_logs.where(by_ref, logs)  # against the reference: beyond the reference's own shift
+    group = variant + by_ref.map({True: " reference", False: ""})
+    per_variant = shifts[timed].groupby(group[timed])
+    out["variant_shift"] = group.map(per_variant.median())
     se = per_variant.agg(
         lambda s: robust_sigma(s) / math.sqrt(len(s)) if len(s) >= NOISE_MIN_CASES else math.inf
     )
-    out["variant_se"] = variant.map(se)
+    out["variant_se"] = group.map(se)
     return out
 
 
 def beyond_noise(row: pd.Series, threshold: float) -> bool:
     """Whether a case's change clears the run-to-run floor (see the module docstring)."""
-    direction = math.copysign(1, math.log(row["ratio"]))
+    direction = math.copysign(1, math.log(row.get("judged_ratio", row["ratio"])))
     judged, noise = row.get("judged", math.nan), row.get("noise", 0.0)
     floor = NOISE_SIGMAS * (0.0 if math.isnan(noise) else noise)
     if not math.isnan(judged) and direction * judged > floor:

@@ -34,7 +34,7 @@ top-k has probability 0. fp8 logits are judged against their exact float32 upcas
 """
 
 from perfsuite.conformance.battery import console, counts, dtype_of, frame, gpu_available, rows, run
-from perfsuite.conformance.cases import Case, catalogue, select
+from perfsuite.conformance.battery_cases import Case, catalogue, select
 from perfsuite.conformance.judge import FINDINGS, Verdict, judge
 
 __all__ = [

@@ -9,8 +9,8 @@ import pandas as pd
 import torch
 
 from perfsuite import variants
-from perfsuite.conformance import cases as catalogue
-from perfsuite.conformance import graph
+from perfsuite.conformance import battery_cases as catalogue
+from perfsuite.conformance import graph_replay
 from perfsuite.conformance.judge import Verdict, failed, judge, skipped
 from perfsuite.correctness import edge_cases
 from perfsuite.scenario.inputs import DTYPE_ALIASES, dtype_name
@@ -113,7 +113,7 @@ def _case_rows(
         elif logits is None:
             verdict = skipped(reason)
         elif case.graph:
-            verdict = graph.replay_verdict(variant, logits, k)
+            verdict = graph_replay.replay_verdict(variant, logits, k)
         else:
             verdict = _verdict(variant, logits, k)
         layout = {}

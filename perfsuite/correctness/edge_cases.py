@@ -12,8 +12,8 @@ import pandas as pd
 import torch
 
 from perfsuite import variants
+from perfsuite.console import first_line
 from perfsuite.correctness.parity import tolerance
-from perfsuite.errors import first_line
 from perfsuite.scenario.inputs import dtype_name
 
 EDGE_TOPK = (1, 4)  # the k of the edge-case matrix `perfsuite run` makes after the sweep

@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 
 import perfsuite
-from perfsuite.distributed import rows
+from perfsuite.cases.kinds import KindRun
+from perfsuite.console import progress_bar
+from perfsuite.distributed import tp_rows
 from perfsuite.scenario.load import Case
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
@@ -87,7 +89,7 @@ def _pg(backend: str) -> str:
 
 def _all(cases: list[Case], env: dict, backend: str, status: str, reason: str) -> Iterator[dict]:
     for case in cases:
-        yield rows.not_run(rows.case_row(case, env, _pg(backend)), status, reason)
+        yield tp_rows.not_run(tp_rows.case_row(case, env, _pg(backend)), status, reason)
 
 
 def command(scenario_path: str, tp: int, out: Path, ids: Path, env_file: Path, backend: str) -> list[str]:
@@ -206,3 +208,12 @@ class _Tail:
         end = data.rfind(b"\n") + 1
         self.offset += end
         return [json.loads(line) for line in data[:end].decode().splitlines() if line.strip()]
+
+
+def run(cases: list[Case], context: KindRun) -> Iterator[dict[str, object]]:
+    """The tensor-parallel case kind's rows (`cases.kinds`): one torchrun launch per tp size, rank 0's rows
+    as they finish."""
+    if not cases:
+        return iter(())
+    rows = run_tp_cases(context.scenario.source, cases, context.out_dir, context.env)
+    return progress_bar(rows, context.progress, "tp")

@@ -13,13 +13,13 @@ import json
 import sys
 from pathlib import Path
 
-from perfsuite.distributed import cases, group
+from perfsuite.distributed import group, tp_cases
 from perfsuite.distributed.group import Group
-from perfsuite.distributed.runner import TPCaseRunner
-from perfsuite.measure import threads
+from perfsuite.distributed.tp_cases import TPCaseRunner
 from perfsuite.measure.device import detect
 from perfsuite.measure.environment import environment
 from perfsuite.results.write import ResultsLog
+from perfsuite.scenario import settings
 from perfsuite.scenario.load import Case, ScenarioError
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     """Worker entry point (under torchrun). 0: done (failing cases are error rows); 2: bad input."""
     args = parse_args(argv)
     try:
-        scenario = cases.load(args.scenario)
+        scenario = tp_cases.load(args.scenario)
         ids = json.loads(Path(args.case_ids).read_text()) if args.case_ids else None
     except (ScenarioError, OSError, ValueError) as exc:
         print(f"perfsuite.distributed: {exc}", file=sys.stderr)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         if g.size != args.tp:
             print(f"perfsuite.distributed: --tp {args.tp} but WORLD_SIZE is {g.size}", file=sys.stderr)
             return EXIT_USAGE
-        return _sweep(g, scenario.name, cases.select(scenario, args.tp, ids), args)
+        return _sweep(g, scenario.name, tp_cases.select(scenario, args.tp, ids), args)
     finally:
         group.close()
 
@@ -59,7 +59,8 @@ def _sweep(g: Group, name: str, todo: list[Case], args: argparse.Namespace) -> i
     info = detect(str(g.device))
     env: dict[str, object] = json.loads(Path(args.env).read_text()) if args.env else {}
     # the launching run's threads (its --threads included), else the scenario's setting
-    threads.apply(int(env["threads"]) if "threads" in env else (todo[0].timing.threads if todo else 1))
+    threads = int(env["threads"]) if "threads" in env else (todo[0].timing.threads if todo else 1)
+    settings.apply_threads(threads)
     if g.rank == 0 and not env:
         env = environment(info, name)
     log = ResultsLog(Path(args.out)) if g.rank == 0 else None

@@ -9,10 +9,10 @@ parity where the engine consumes `topk_p`: draft tokens, parent lists and tree s
 
 from __future__ import annotations
 
+from perfsuite.draft.draft_cases import DraftRunner, run_draft
 from perfsuite.draft.graph import DraftGraph, GraphCache, timing_unroll
 from perfsuite.draft.head import HEAD_LOGITS, DraftHead, HeadConfig, inputs_for
 from perfsuite.draft.loop import DraftLoop, DraftTree, LoopConfig, constant_select, reference_select
-from perfsuite.draft.runner import DraftRunner, run_draft
 from perfsuite.draft.spec import DraftCase, DraftSweep, draft_sweeps, expand_draft, parse_draft
 
 __all__ = [

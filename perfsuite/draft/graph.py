@@ -15,8 +15,8 @@ from collections.abc import Callable, Hashable
 
 import torch
 
+from perfsuite.console import first_line
 from perfsuite.draft.loop import DraftLoop, DraftTree
-from perfsuite.errors import first_line
 from perfsuite.measure.device import GRAPH_UNROLL_CAP
 from perfsuite.measure.execution import GraphCaptureError, capturing, warm_up
 

@@ -185,7 +185,7 @@ def battery_units(
     `device`: each case's logits built as the battery builds them (on the CPU: the same strides and
     offsets), for every dtype the selector claims and every k of the case."""
     from perfsuite.conformance import battery
-    from perfsuite.conformance import cases as catalogue
+    from perfsuite.conformance import battery_cases as catalogue
 
     plan_for = plan_functions()
     names = [n for n in selectors if n in plan_for and not variants.get(n).available(device)]

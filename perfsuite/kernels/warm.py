@@ -1,7 +1,8 @@
 """Fill Triton's on-disk compile cache, in parallel, before the stages that launch the kernels.
 
-    python -m perfsuite.kernels.warm [SCENARIO ...] [--tune] [--candidates SCENARIO] [--check SELECTOR
+    perfsuite warm [SCENARIO ...] [--tune] [--candidates SCENARIO] [--check SELECTOR
         [--quick] [--case GLOB] [--dtype D]] [--keys FILE] [--jobs N] [--budget SECONDS]
+    python -m perfsuite.kernels.warm ...   (an alias: the same options and exit status)
 
 Triton compiles a kernel at its first launch with a new specialisation, in the launching process, one
 at a time: a cold stage waits on the compiler (about 1.8 s of CPU a kernel). This command takes the
@@ -42,10 +43,9 @@ from pathlib import Path
 import torch
 
 from perfsuite import kernels
-from perfsuite.errors import first_line
+from perfsuite.console import first_line, interruptible
 from perfsuite.kernels import compile_plan, launch_log
 from perfsuite.kernels import plan as plans
-from perfsuite.measure.interrupts import interruptible
 from perfsuite.scenario.inputs import dtype_of
 from perfsuite.scenario.load import Case, Scenario
 
@@ -192,12 +192,15 @@ def _run_pool(
     return done, stopped
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m perfsuite.kernels.warm",
-        description="Fill Triton's compile cache for every launch the given scenarios and conformance "
-        "battery make, in parallel worker processes on this GPU.",
-    )
+DESCRIPTION = (
+    "Fill Triton's compile cache for every launch the given scenarios and conformance battery make, in "
+    "parallel worker processes on this GPU."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `perfsuite warm` (and of its alias `python -m perfsuite.kernels.warm`)."""
+    parser.description = DESCRIPTION
     parser.add_argument("scenario", nargs="*", help="its sweep, edge-case matrix and draft cases")
     parser.add_argument("--tune", action="store_true", help="also every plan `perfsuite tune` times for them")
     parser.add_argument(
@@ -215,21 +218,48 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--keys", type=Path, help="skip the keys this file lists (warmed before), add the ones warmed now"
     )
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (CPUs)")
-    parser.add_argument("--budget", type=float, help="stop after this many seconds (exit 124)")
-    args = parser.parse_args(argv)
-    if not (args.scenario or args.candidates or args.check):
-        parser.error("nothing to warm: give a SCENARIO, --candidates SCENARIO or --check SELECTOR")
-    if args.jobs < 1:
-        parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    if args.budget is not None and not args.budget > 0:
-        parser.error(f"--budget must be a positive number of seconds, got {args.budget}")
-    return args
+    parser.add_argument(
+        "--jobs", type=_jobs, default=os.cpu_count() or 1, help="worker processes (default: the CPUs)"
+    )
+    parser.add_argument("--budget", type=_budget, help="stop after this many seconds (exit 124)")
+
+
+def _jobs(text: str) -> int:
+    """`--jobs`: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def _budget(text: str) -> float:
+    """`--budget`: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m perfsuite.kernels.warm`: an alias of `perfsuite warm`."""
+    parser = argparse.ArgumentParser(prog="python -m perfsuite.kernels.warm")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Warm what `args` (parsed by `add_arguments`' options) asks for; the exit status."""
     start = time.monotonic()
-    args = _arguments(argv)
+    if not (args.scenario or args.candidates or args.check):
+        nothing = "nothing to warm: give a SCENARIO, --candidates SCENARIO or --check SELECTOR"
+        print(f"warm: {nothing}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         with interruptible():
             return _warm_all(args, start)

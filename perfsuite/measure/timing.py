@@ -11,7 +11,9 @@
   read-only pass that leaves no dirty line for the timed call to write back (docs/measuring.md).
 Figures are medians with p20/p80 over many samples, after warm-up. The variants of one shape are sampled
 in turn (A B C, B C A, ...), so each speedup is a median of ratios of samples taken in the same seconds of
-machine time (`paired_ratio`); a case whose samples spread wider than `UNSTABLE_SPREAD` is flagged.
+machine time (`paired_ratio`); a case whose samples spread wider than `UNSTABLE_SPREAD` is flagged. A
+group's in-turn reference (a copy of the logits, `cases.protocol.Reference`) is one more sampler in the turn
+that shares the group's time budget (`budgeted`).
 """
 
 from __future__ import annotations
@@ -274,18 +276,22 @@ Agree = Callable[[list[float]], list[float]]
 process of a group shares (tensor parallel: the max over ranks)."""
 
 
-def measure_in_turn(samplers: Sequence[Sampler], timing: Timing, agree: Agree | None = None) -> list[Samples]:
+def measure_in_turn(
+    samplers: Sequence[Sampler], timing: Timing, agree: Agree | None = None, budgeted: int | None = None
+) -> list[Samples]:
     """The sampling loop: warm up, then sample the samplers in turn until `reps` rounds, or once there are
     `MIN_ROUNDS`, until `max_seconds` per sampler has passed, so samplers compared with each other are sampled
     in the same seconds of machine time. Each round starts one sampler later (A B C, B C A, C A B): no
     sampler always follows the same one. With `agree`, every rank stops after the same round on the same
-    figures."""
+    figures. `budgeted`: how many samplers the time budget counts (default all; an in-turn reference
+    shares the cases' budget instead of adding its own)."""
     for _ in range(timing.warmup):
         for sampler in samplers:
             sampler.sample()
     rounds: list[list[float]] = []
     start = time.perf_counter()
     n = len(samplers)
+    budget = timing.max_seconds * (n if budgeted is None else max(1, min(budgeted, n)))
     while True:
         figures = [0.0] * n
         for i in range(n):
@@ -296,7 +302,7 @@ def measure_in_turn(samplers: Sequence[Sampler], timing: Timing, agree: Agree | 
             *figures, elapsed = agree([*figures, elapsed])
         rounds.append(figures)
         enough = len(rounds) >= min(MIN_ROUNDS, timing.reps)
-        if len(rounds) >= timing.reps or (enough and elapsed >= timing.max_seconds * n):
+        if len(rounds) >= timing.reps or (enough and elapsed >= budget):
             return [Samples(settled(s, [r[i] for r in rounds]), s.method) for i, s in enumerate(samplers)]
 
 
@@ -312,11 +318,13 @@ def measure(sampler: Sampler, timing: Timing) -> Samples:
     return measure_in_turn([sampler], timing)[0]
 
 
-def measure_each(samplers: Sequence[Sampler], timing: Timing) -> list[Samples | BaseException]:
-    """`measure_in_turn`, or where a sampler raises, each sampler alone: the ones that work get their
-    samples (not paired), the broken ones their exception."""
+def measure_each(
+    samplers: Sequence[Sampler], timing: Timing, budgeted: int | None = None
+) -> list[Samples | BaseException]:
+    """`measure_in_turn` (its `budgeted`), or where a sampler raises, each sampler alone: the ones that
+    work get their samples (not paired), the broken ones their exception."""
     try:
-        return list(measure_in_turn(samplers, timing))
+        return list(measure_in_turn(samplers, timing, budgeted=budgeted))
     except Exception:
         if len(samplers) == 1:
             raise

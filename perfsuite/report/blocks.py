@@ -104,6 +104,20 @@ def guard(name: str, build: Callable[[], Block | list[Block]]) -> list[Block]:
     return blocks if isinstance(blocks, list) else [blocks]
 
 
+def guarded_section(
+    section_id: str, title: str, frame: pd.DataFrame | None, build: Callable[[pd.DataFrame], Section | None]
+) -> list[Section]:
+    """The section `build` makes of `frame` as a list: empty without rows (or when `build` gives None), a
+    note in its place when it breaks (a broken section must not cost the whole report)."""
+    if frame is None or frame.empty:
+        return []
+    try:
+        made = build(frame)
+    except Exception as exc:
+        return [Section(section_id, title, [Note(f"{title}: not drawn ({type(exc).__name__}: {exc})")])]
+    return [] if made is None else [made]
+
+
 def figure_block(name: str, title: str, build: Callable[[], go.Figure | dict], caption: str = "") -> Block:
     """The figure `build` returns (object, or plain dict of well-formed data and layout) as a div without
     plotly.js, with the id `fig-{name}`; without plotly, a note naming `title` in its place (`build` is

@@ -1,5 +1,6 @@
-"""The HTML page of `perfsuite compare`: the verdict, the machine-wide drift, a plot of the per-case time
-ratios and the table (with each case's rank-test p-value and the two runs' spreads).
+"""The HTML page of `perfsuite compare`: the verdict, the machine-wide drift (and what the in-turn reference
+saw), a plot of the per-case time ratios and the table (each case's absolute ratio beside the one judged
+against the reference, its rank-test p-value and the two runs' spreads).
 
 plotly is imported only to draw the plot; without it the page keeps the verdict and the table.
 """
@@ -64,6 +65,11 @@ def _ratio_figure(comparison: Comparison) -> Block:
         "A marker past a dashed line is a regression only when its colour says slower: the rank test "
         "or the band must confirm it, and unstable cases are noisy."
     )
+    if not comparison.anchored.empty:
+        caption += (
+            " The ratios are the absolute ones (new / base median); cases with the in-turn reference are "
+            "judged on their ratio to it (the table's vs ref)."
+        )
     build = partial(_ratio_plot, table, comparison.threshold, title)
     return figure_block("compare-ratios", title, build, caption)
 
@@ -111,13 +117,19 @@ def _table(comparison: Comparison) -> Table:
     rows = []
     for _, rec in comparison.table.iterrows():
         parity_cls = "loss" if rec["outcome"] == "parity worse" else ""
+        css = OUTCOME_CSS.get(rec["outcome"], "")
         spread = spreads(rec)
         rows.append(
             [
                 str(rec["case"]),
                 fmt.significant(rec["base_median_us"]),
                 fmt.significant(rec["new_median_us"]),
-                Cell(fmt.significant(rec["ratio"], 3), OUTCOME_CSS.get(rec["outcome"], "")),
+                Cell(fmt.significant(rec["ratio"], 3), "" if rec["by_reference"] else css),
+                Cell(
+                    fmt.significant(rec["anchored_ratio"], 3) if rec["by_reference"] else "",
+                    css if rec["by_reference"] else "",
+                    _ref_title(rec),
+                ),
                 Cell(p_text(rec["p_value"]), "", _p_title(rec)),
                 f"{fmt.significant(rec['band_low'], 3)} – {fmt.significant(rec['band_high'], 3)}".strip(" –"),
                 Cell(spread, "differs" if "!" in spread else "", _spread_title(rec)),
@@ -131,11 +143,15 @@ def _table(comparison: Comparison) -> Table:
             ]
         )
     columns = [
-        "case", "base µs", "new µs", "ratio", "p", "p20/p80 band", "spread", "parity", "bytes", "outcome",
+        "case", "base µs", "new µs", "ratio", "vs ref", "p", "p20/p80 band", "spread", "parity", "bytes",
+        "outcome",
     ]  # fmt: skip
     caption = (
-        "Failing cases first, then by ratio. p: two-sided Mann-Whitney U test on the two runs' raw samples "
-        f"(blank without them); spread: p20-p80 as a percent of the median, base → new, ! above "
+        "Failing cases first, then by the judged ratio. ratio: new / base median (absolute); vs ref: new / "
+        "base of the case's time over the in-turn reference's (a copy of its logits sampled in the same "
+        "rounds), what is judged where both runs have it (blank: the earlier rule, on the ratio). p: "
+        "two-sided Mann-Whitney U test on the two runs' raw samples (vs ref: their per-round ratios to the "
+        f"reference; blank without them); spread: p20-p80 as a percent of the median, base → new, ! above "
         f"{100 * UNSTABLE_SPREAD:.0f} % (unstable)."
     )
     return Table(columns, rows, caption, css="compact")
@@ -152,6 +168,15 @@ def _p_title(rec: pd.Series) -> str:
     return (
         f"{rec['base_raw_samples']:.0f} base and {rec['new_raw_samples']:.0f} new samples; the new sample is "
         f"the slower in {share:.0f} % of pairs"
+    )
+
+
+def _ref_title(rec: pd.Series) -> str:
+    if not rec["by_reference"]:
+        return "no in-turn reference in both runs: judged on the ratio (the earlier rule)"
+    return (
+        f"the reference's own new / base: {fmt.significant(rec['ref_ratio'], 3)}; the case's time over it: "
+        f"{fmt.significant(rec['base_vs_ref'], 3)} → {fmt.significant(rec['new_vs_ref'], 3)}"
     )
 
 
@@ -187,8 +212,12 @@ def build_compare_page(
         f"a two-sided Mann-Whitney U test on them gives p < {ALPHA:g} (without samples: its new p20 is above "
         f"the base p80); a case unstable in either run (p20-p80 spread above {100 * UNSTABLE_SPREAD:.0f} % "
         "of its median) is noisy, never slower. A parity verdict that got worse (pass < inexact < fail) or "
-        "a case that now errors also fails. The median ratio over all cases tells whether the whole "
-        "machine was slower in one run; it is reported, not subtracted.",
+        "a case that now errors also fails. Where both runs sampled the in-turn reference (a copy of each "
+        "case's logits, in the same rounds as its variants), every case, full_softmax included, is judged "
+        "by its time over the reference's, so a machine slower in one run moves both and cancels; the "
+        "absolute ratio stays beside it, and the reference's own shift is the machine's drift. Cases "
+        "without it keep the earlier rule (said in the drift line). The median ratio over all cases tells "
+        "whether the whole machine was slower in one run.",
     )
     sections = [
         summary,

@@ -19,7 +19,17 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from perfsuite.report import formatting as fmt
-from perfsuite.report.blocks import Block, Cell, Note, Section, Subsection, Table, figure_block, guard
+from perfsuite.report.blocks import (
+    Block,
+    Cell,
+    Note,
+    Section,
+    Subsection,
+    Table,
+    figure_block,
+    guard,
+    guarded_section,
+)
 from perfsuite.report.page import render_fragment
 from perfsuite.results.schema import BASELINE
 
@@ -66,6 +76,11 @@ SHORT = {"num_steps": "s", "num_draft_tokens": "n", "vocab": "V", "hidden": "H",
 UPCAST_LABELS = {"fp32": "fp32 logits", "none": "without upcast"}
 NOT_SGLANG = "†"
 """Marks a configuration SGLang never runs (engine_setting)."""
+
+
+def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
+    """This case kind's part of the report (`cases.kinds`): the section of its rows, none without rows."""
+    return guarded_section(SECTION_ID, TITLE, frame, section)
 
 
 def section(frame: pd.DataFrame | None) -> Section:

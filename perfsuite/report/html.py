@@ -1,8 +1,9 @@
 """One self-contained HTML report from result rows: warnings, summary, plots, parity, the logits' shape,
 tensor parallel, draft loop, edge cases, skips, full table and environment.
 
-Each section is built from the blocks of `perfsuite.report.blocks` by its own module (`kernel_sections`,
-`logits_shape_section`, `tp_section`, `draft_section`, `edge_case_section`) and the page is rendered by
+Each case kind (`perfsuite.cases.kinds`) names the function that draws its sections from its rows
+(`kernel_sections`, `tp_section`, `draft_section`); the edge cases, skips, full table and environment
+follow. Sections are built from the blocks of `perfsuite.report.blocks` and the page is rendered by
 `perfsuite.report.page`.
 plotly is imported only where a figure is built: without it (`plots_available()` says why) every table is
 still written, each figure becomes a note and the page says at the top how to get the plots.
@@ -10,20 +11,15 @@ still written, each figure becomes a note and the page says at the top how to ge
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from perfsuite.cases import kinds
 from perfsuite.measure.machine import SHARED_CORES
 from perfsuite.measure.timing import UNSTABLE_SPREAD
-from perfsuite.report import (
-    draft_section,
-    edge_case_section,
-    kernel_sections,
-    logits_shape_section,
-    tp_section,
-)
+from perfsuite.report import edge_case_section, kernel_sections
 from perfsuite.report.blocks import Note, Section
 from perfsuite.report.kernel_context import UNSTABLE_MARK, Context
 from perfsuite.report.page import render_page
@@ -38,6 +34,7 @@ def build_report(
     *,
     edge_cases: pd.DataFrame | None = None,
     draft: pd.DataFrame | None = None,
+    tables: Mapping[str, pd.DataFrame | None] | None = None,
     environment: dict[str, str] | None = None,
     title: str = DEFAULT_TITLE,
     notes: Sequence[str] = (),
@@ -45,35 +42,26 @@ def build_report(
 ) -> Path:
     """Write one self-contained HTML report of `results` (schema frame) to `out_path`; return its path.
 
-    `out_path` may be a directory (the file is then `report.html` in it). `edge_cases` is the edge-case
-    matrix (pattern, description, dtype, topk, variant, index, topk_p, index_valid, same_as_baseline,
-    error); `draft` the draft-loop rows (perfsuite.draft); tensor-parallel rows in `results` get a
-    section of their own. `environment` overrides what the frame's columns say about the machine and run.
-    `notes`: the run's warnings (run.json's `notes`: a shared machine, dropped log lines), shown in a
-    banner at the top with what the rows' `other_cores` and `unstable` columns add (`measurement_warnings`).
-    `samples`: the raw samples (`load.load_samples`: case_id, run, seconds), for the distribution figure.
+    `out_path` may be a directory (the file is then `report.html` in it). Each case kind
+    (`perfsuite.cases.kinds`) draws its sections from its rows: `results` is results.csv (kernel and
+    tensor-parallel rows), `tables` the other kinds' tables by file name (`draft` is the same as
+    `tables={"draft.csv": draft}`). `edge_cases` is the edge-case matrix (pattern, description, dtype,
+    topk, variant, index, topk_p, index_valid, same_as_baseline, error). `environment` overrides what
+    the frame's columns say about the machine and run. `notes`: the run's warnings (run.json's `notes`:
+    a shared machine, dropped log lines), shown in a banner at the top with what the rows' `other_cores`
+    and `unstable` columns add (`measurement_warnings`). `samples`: the raw samples
+    (`load.load_samples`: case_id, run, seconds), for the distribution figure.
     """
     out = Path(out_path)
     if out.is_dir() or out.suffix == "":
         out = out / "report.html"
-    single, tensor_parallel = split_tensor_parallel(results)
-    ctx = Context.of(single, samples)
-    kernel_level = len(single) > 0  # a draft-only or tensor-parallel-only run has no single-device rows
-    every = ctx if tensor_parallel.empty else Context.of(results)
+    by_file = kind_tables(results, {**({"draft.csv": draft} if draft is not None else {}), **(tables or {})})
+    frames = {kind.name: kinds.rows_of(kind, by_file[kind.table_file]) for kind in kinds.KINDS}
+    primary = frames[kinds.KINDS[0].name]  # single-device kernel rows: the page's context
+    ctx = Context.of(primary, samples)
+    every = ctx if len(primary) == len(results) else Context.of(results)
     sections = [
-        *(
-            [
-                kernel_sections.summary_section(ctx),
-                kernel_sections.plots_section(ctx),
-                kernel_sections.traffic_section(ctx),
-                kernel_sections.parity_section(ctx),
-                _logits_shape(ctx),
-            ]
-            if kernel_level
-            else []
-        ),
-        _rows_section(tp_section.SECTION_ID, tp_section.TITLE, tensor_parallel, tp_section.section),
-        _rows_section(draft_section.SECTION_ID, draft_section.TITLE, draft, draft_section.section),
+        *(s for kind in kinds.KINDS for s in kind.part("sections")(frames[kind.name], samples)),
         edge_case_section.section(edge_cases),
         *(
             [kernel_sections.skipped_section(every), kernel_sections.results_section(every)]
@@ -83,20 +71,30 @@ def build_report(
         kernel_sections.environment_section(ctx, environment),
     ]
     sections = [s for s in sections if s is not None]
-    simulated = _simulated_devices(results, draft)
+    others = [frame for name, frame in by_file.items() if name != kinds.KINDS[0].table_file]
+    simulated = _simulated_devices(results, *others)
     if simulated:
         note = (
             f"Simulated GPU ({', '.join(simulated)}): perfsuite ran its GPU code paths on the CPU "
             "(PERFSUITE_SIMULATED_GPU). Every time here is a host time of CPU work, not a GPU measurement."
         )
         sections.insert(0, Section("simulated", "Simulated GPU", [Note(note)]))
-    if not len(results) and (draft is None or draft.empty):
+    if not len(results) and all(frame.empty for frame in others):
         sections.insert(0, Section("summary", "Summary", [Note("No result rows: nothing to plot.")]))
     warnings = measurement_warnings(results, notes)
     html = render_page(title, ctx.subtitle(), sections, REPORT_AGAIN, warnings=warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return out
+
+
+def kind_tables(results: pd.DataFrame, tables: Mapping[str, pd.DataFrame | None]) -> dict[str, pd.DataFrame]:
+    """Every kind's table by file name: results.csv is `results`, a table not given is empty."""
+    given = {kinds.KINDS[0].table_file: results, **tables}
+    return {
+        name: given.get(name) if given.get(name) is not None else pd.DataFrame()
+        for name in kinds.table_files()
+    }
 
 
 def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> list[str]:
@@ -148,36 +146,6 @@ def above_copy_rows(rows: pd.DataFrame) -> pd.Series:
     return flag.eq("true") | (~flag.isin(["true", "false"]) & pct.gt(100))
 
 
-def split_tensor_parallel(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(single-device rows, tensor-parallel rows): the latter have tp > 1 or a tensor-parallel variant."""
-    from perfsuite.distributed import tp_variants
-
-    tp = pd.to_numeric(results["tp"], errors="coerce").fillna(1) if "tp" in results else 1
-    mask = (tp > 1) | results["variant"].isin(tp_variants.names())
-    return results[~mask], results[mask]
-
-
-def _rows_section(
-    section_id: str, title: str, frame: pd.DataFrame | None, build: Callable[[pd.DataFrame], Section]
-) -> Section | None:
-    """The section `build` makes of `frame`; None without rows; a note when it breaks."""
-    if frame is None or frame.empty:
-        return None
-    try:
-        return build(frame)
-    except Exception as exc:  # a broken section must not cost the whole report
-        return Section(section_id, title, [Note(f"{title}: not drawn ({type(exc).__name__}: {exc})")])
-
-
-def _logits_shape(ctx: Context) -> Section | None:
-    """The logits' shape section (None for results without its figures); a note when it breaks."""
-    try:
-        return logits_shape_section.section(ctx)
-    except Exception as exc:  # a broken section must not cost the whole report
-        message = f"{logits_shape_section.TITLE}: not drawn ({type(exc).__name__}: {exc})"
-        return Section(logits_shape_section.SECTION_ID, logits_shape_section.TITLE, [Note(message)])
-
-
 def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
     """The names of the simulated devices among the rows (the `simulated` column, or the name's label)."""
     names: set[str] = set()
@@ -190,4 +158,4 @@ def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
     return sorted(names)
 
 
-__all__ = ["DEFAULT_TITLE", "build_report", "measurement_warnings", "split_tensor_parallel"]
+__all__ = ["DEFAULT_TITLE", "build_report", "kind_tables", "measurement_warnings"]

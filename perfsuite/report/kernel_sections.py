@@ -7,7 +7,18 @@ import numpy as np
 import pandas as pd
 
 from perfsuite.report import formatting as fmt
-from perfsuite.report.blocks import Block, Cell, Details, Note, Section, Table, frame_table, guard
+from perfsuite.report import logits_shape_section
+from perfsuite.report.blocks import (
+    Block,
+    Cell,
+    Details,
+    Note,
+    Section,
+    Table,
+    frame_table,
+    guard,
+    guarded_section,
+)
 from perfsuite.report.distributions import distribution_figures
 from perfsuite.report.kernel_context import (
     BASELINE,
@@ -57,6 +68,22 @@ ENVIRONMENT_COLUMNS = (
 )
 SUMMARY_ENVIRONMENT = ("backend", "runtime", "driver", "torch", "triton", "git_sha")
 MAX_REASON_GROUPS = 60
+
+
+def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
+    """The kernel case kind's part of the report (`cases.kinds`): summary, plots, traffic, parity and the
+    logits' shape; none without rows."""
+    if not len(frame):
+        return []
+    ctx = Context.of(frame, samples)
+    sections = [summary_section(ctx), plots_section(ctx), traffic_section(ctx), parity_section(ctx)]
+    shape = guarded_section(
+        logits_shape_section.SECTION_ID,
+        logits_shape_section.TITLE,
+        frame,
+        lambda _: logits_shape_section.section(ctx),
+    )
+    return [s for s in [*sections, *shape] if s is not None]
 
 
 def summary_section(ctx: Context) -> Section:

@@ -1,7 +1,7 @@
 """A short text summary of a run: each variant's median per case, the fastest variant whatever its accuracy
 and the fastest exact one, ratios to the baseline, and targets.
 
-    python -m perfsuite.report.summary reports/gpu-check/results.csv --out reports/gpu-check/summary.md
+    perfsuite summary reports/gpu-check/results.csv --out reports/gpu-check/summary.md
 
 One markdown table row per (device, path, dtype, vocab, batch, topk; run, l2, tp where they vary): the
 median of every variant in the same run (marked ⚠ where unstable), the fastest variant of any accuracy
@@ -362,12 +362,23 @@ def tuned_markdown(path: Path) -> str:
     return title + to_markdown(tuner.summary(table))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", nargs="+")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `perfsuite summary` (and of its alias `python -m perfsuite.report.summary`)."""
+    parser.description = " ".join(__doc__[: __doc__.index("\n\n")].split())
+    parser.add_argument("results", nargs="+", help="results.csv / .json / .jsonl or run folders")
     parser.add_argument("--out", help="write the markdown here too")
     parser.add_argument("--tuned", help="a tuned-plan table to add (default: tuned.json beside the results)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m perfsuite.report.summary`: an alias of `perfsuite summary`."""
+    parser = argparse.ArgumentParser(prog="python -m perfsuite.report.summary")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print (and with --out write) the summary of `args.results`: 0, or 2 on unreadable input."""
     first = Path(args.results[0])
     tuned_file = (
         Path(args.tuned) if args.tuned else (first if first.is_dir() else first.parent) / "tuned.json"

@@ -1,7 +1,7 @@
 """The tensor-parallel section of the report: all-gather-then-select against merge-partials, per tp.
 
 `section(frame)` holds the comparison table and a figure per tp; `tp_html(frame)` is its body as HTML.
-    python -m perfsuite.report.tp_section ROWS.jsonl... [--out tp.html]   (table; standalone page)
+    perfsuite tp-page ROWS.jsonl... [--out tp.html]   (table; standalone page)
 
 plotly is imported only to draw a figure; without it each figure is a note and the tables stay.
 """
@@ -18,7 +18,7 @@ import pandas as pd
 
 from perfsuite.distributed import tp_variants
 from perfsuite.report import formatting as fmt
-from perfsuite.report.blocks import Block, Note, Section, Table, figure_block
+from perfsuite.report.blocks import Block, Note, Section, Table, figure_block, guarded_section
 from perfsuite.report.page import render_fragment, render_page
 
 if TYPE_CHECKING:
@@ -27,11 +27,16 @@ if TYPE_CHECKING:
 SECTION_ID = "tp"
 TITLE = "Tensor parallel: all-gather then select vs merge partials"
 PAGE_TITLE = "perfsuite: tensor-parallel selection"
-REPORT_AGAIN = "`python -m perfsuite.report.tp_section ROWS... --out FILE.html`"
+REPORT_AGAIN = "`perfsuite tp-page ROWS... --out FILE.html`"
 SHAPE = ["dtype", "vocab", "batch", "topk"]
 ALLGATHER = ("allgather_full_softmax", "allgather_identity")
 SHARDED = ("sharded_torch", "sharded_triton")
 SPEEDUP_CAPTION = "speedup: fastest all-gather variant's median / fastest merge-partials variant's"
+
+
+def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
+    """This case kind's part of the report (`cases.kinds`): the section of its rows, none without rows."""
+    return guarded_section(SECTION_ID, TITLE, frame, section)
 
 
 def section(frame: pd.DataFrame) -> Section:
@@ -134,13 +139,30 @@ def page(frame: pd.DataFrame, title: str = PAGE_TITLE) -> str:
     return render_page(title, subtitle, [section(frame)], REPORT_AGAIN)
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `perfsuite tp-page` (and of its alias `python -m perfsuite.report.tp_section`)."""
+    parser.description = "Print the tensor-parallel comparison of result files; with --out, write a page."
+    parser.add_argument("results", nargs="+", help="results.jsonl / tp*.jsonl / results.csv")
+    parser.add_argument("--out", help="write a standalone HTML page here")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the comparison table of result files (JSON lines or CSV); write a page with --out."""
-    p = argparse.ArgumentParser(prog="python -m perfsuite.report.tp_section")
-    p.add_argument("results", nargs="+", help="results.jsonl / tp*.jsonl / results.csv")
-    p.add_argument("--out", help="write a standalone HTML page here")
-    args = p.parse_args(argv)
-    frames = [pd.read_csv(f) if f.endswith(".csv") else pd.read_json(f, lines=True) for f in args.results]
+    """`python -m perfsuite.report.tp_section`: an alias of `perfsuite tp-page`."""
+    parser = argparse.ArgumentParser(prog="python -m perfsuite.report.tp_section")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the comparison table of `args.results` (JSON lines or CSV), write a page with --out: 0, or 2
+    on unreadable input (one line)."""
+    from perfsuite.console import first_line
+
+    try:
+        frames = [pd.read_csv(f) if f.endswith(".csv") else pd.read_json(f, lines=True) for f in args.results]
+    except (OSError, ValueError) as exc:
+        print(f"perfsuite tp-page: {first_line(exc, 300)}", file=sys.stderr)
+        return 2
     frame = pd.concat(frames, ignore_index=True)
     counts = frame.groupby(["tp", "status"]).size().unstack(fill_value=0) if "tp" in frame else frame
     print(counts.to_string())

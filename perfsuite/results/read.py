@@ -8,6 +8,11 @@ of the suite's files. Every failure is a `ValueError` whose message starts with 
 A run's companions, found beside a results file or in its folder: `load_samples` (the raw timed samples
 of `samples.jsonl`) and `run_notes` (the run's warnings in `run.json`); both are optional and return
 nothing rather than raise when a file is missing or unreadable.
+
+The result format (`schema.FORMAT_VERSION`, history in `schema.FORMAT_HISTORY`): rows without a
+`format_version` are format 1 and read as before; a file with rows of a newer format than this perfsuite
+knows is refused (`FormatTooNew`, a `ValueError`: one line that says to upgrade or re-run); rows of
+different known formats in one file or one merge are fine.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from perfsuite.console import first_line
+from perfsuite.results.schema import FORMAT_COLUMN, FORMAT_VERSION
 from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
 from perfsuite.results.write import ResultsLog, to_frame
 
@@ -73,6 +80,7 @@ NUMERIC_COLUMNS = (
     "load_avg",
     "cores",
     "cpu_quota",
+    FORMAT_COLUMN,
 )
 """Schema columns holding numbers; every other schema column is text."""
 TEXT_COLUMNS = tuple(c for c in COLUMNS if c not in NUMERIC_COLUMNS)
@@ -83,6 +91,46 @@ BENCH_COLUMNS = ("bench_name", "bench_group")
 SAMPLES_FILE = "samples.jsonl"
 MANIFEST_FILE = "run.json"
 SAMPLE_COLUMNS = ("case_id", "run", "seconds")
+
+
+class FormatTooNew(ValueError):
+    """A results file or run folder of a newer result format than this perfsuite reads (one line)."""
+
+
+def format_of(value: object, where: object) -> int:
+    """The result format one row or `run.json` states (`value`; None or '': 1, before versioning).
+    `ValueError` for a value that is no format number, `FormatTooNew` for one newer than this perfsuite's;
+    messages start with `where` (the file)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return 1
+    try:
+        number = float(value)  # type: ignore[arg-type]  # CSV text, a JSON int, or a float beside NaNs
+    except (TypeError, ValueError):
+        number = float("nan")
+    if isinstance(value, bool) or not (number.is_integer() and number >= 1):
+        raise ValueError(f"{where}: {FORMAT_COLUMN} {value!r} is not a result format (a whole number >= 1)")
+    version = int(number)
+    if version > FORMAT_VERSION:
+        raise FormatTooNew(
+            f"{where}: result format {version} is newer than this perfsuite reads ({FORMAT_VERSION}): "
+            "upgrade perfsuite, or re-run with this perfsuite"
+        )
+    return version
+
+
+def formats(frame: pd.DataFrame, where: object) -> set[int]:
+    """The result formats of a file's rows (`format_of` each distinct value; no column: {1})."""
+    if FORMAT_COLUMN not in frame:
+        return {1}
+    values = frame[FORMAT_COLUMN]
+    return {format_of(v, where) for v in values[values.notna()].unique()} or {1}
+
+
+def read_draft(path: str | Path) -> pd.DataFrame:
+    """A `draft.csv` (draft-loop rows, pandas' types), its result format checked as `load_results` does."""
+    frame = pd.read_csv(path)
+    formats(frame, path)
+    return frame
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -99,6 +147,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
     if "variant" not in frame.columns:
         found = ", ".join(map(str, list(frame.columns)[:8])) or "none"
         raise ValueError(f"{path}: not a perfsuite results file (no 'variant' column; columns: {found})")
+    formats(frame, path)
     return coerce(frame)
 
 
@@ -118,7 +167,9 @@ def load_many(paths: Iterable[str | Path]) -> pd.DataFrame:
 def load_samples(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame | None:
     """The raw samples of the runs behind one or more results files (or run folders): `samples.jsonl`
     beside each, as a frame of case_id, run ('' where the log has none) and seconds (a list of floats per
-    measured case); None when no such file holds a sample. Torn or malformed lines are skipped."""
+    measured case), and ref_seconds where any line has them (the in-turn reference's samples of the same
+    rounds; None where a line has none or they do not pair one to one with its seconds); None when no such
+    file holds a sample. Torn or malformed lines are skipped."""
     records = []
     for folder in _folders(paths):
         path = folder / SAMPLES_FILE
@@ -127,10 +178,16 @@ def load_samples(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame | Non
             if not row.get("case_id") or not isinstance(seconds, list):
                 continue
             values = [float(v) for v in seconds if isinstance(v, (int, float)) and math.isfinite(v)]
+            raw = row.get("ref_seconds") if isinstance(row.get("ref_seconds"), list) else []
+            ref = [float(v) for v in raw if isinstance(v, (int, float)) and math.isfinite(v)]
+            paired = bool(ref) and len(ref) == len(raw) == len(values) == len(seconds)
             if values:
                 records.append({"case_id": str(row["case_id"]), "run": str(row.get("run") or ""),
-                                "seconds": values})  # fmt: skip
-    return pd.DataFrame(records, columns=list(SAMPLE_COLUMNS)) if records else None
+                                "seconds": values, "ref_seconds": ref if paired else None})  # fmt: skip
+    columns = [*SAMPLE_COLUMNS, "ref_seconds"]
+    if not any(r["ref_seconds"] for r in records):  # logs from before the reference: the three columns
+        columns.pop()
+    return pd.DataFrame(records, columns=columns) if records else None
 
 
 def run_notes(paths: str | Path | Iterable[str | Path]) -> list[str]:
@@ -168,6 +225,7 @@ def coerce(frame: pd.DataFrame) -> pd.DataFrame:
             frame[column] = float("nan")
     frame = frame[list(COLUMNS) + [c for c in frame.columns if c not in COLUMNS]]
     frame["tp"] = pd.to_numeric(frame["tp"], errors="coerce").fillna(1)  # files from before tp: one device
+    frame[FORMAT_COLUMN] = pd.to_numeric(frame[FORMAT_COLUMN], errors="coerce").fillna(1)  # unversioned: 1
     for column in NUMERIC_COLUMNS:
         values = pd.to_numeric(frame[column], errors="coerce").astype("float64")
         frame[column] = _maybe_int(values)
@@ -240,7 +298,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
     try:
         return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
-        raise ValueError(f"{path}: not a readable CSV file ({_first_line(err)})") from None
+        raise ValueError(f"{path}: not a readable CSV file ({first_line(err, typed=False)})") from None
 
 
 def _read_jsonl(path: Path, text: str) -> list[dict[str, object]]:
@@ -327,8 +385,3 @@ def _benchmark_row(
 
 def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

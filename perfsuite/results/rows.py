@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import torch
 
 from perfsuite import variants
-from perfsuite.errors import first_line
+from perfsuite.console import first_line
 from perfsuite.measure import machine, memory, timing
 from perfsuite.scenario import inputs
 from perfsuite.scenario.load import Case

@@ -2,7 +2,7 @@
 it (`run.json`: label, settings and their fingerprint), and a new run never deletes an earlier run's files
 (they move to `earlier/<label>/`) nor shows them in its report.
 
-    DIR/run.json          label, fingerprint, settings, started, machine facts
+    DIR/run.json          format_version, label, fingerprint, settings, started, machine facts
     DIR/results.jsonl     kernel and tensor-parallel rows as they finish (`settings` column: fingerprint)
     DIR/draft.jsonl       draft-loop rows
     DIR/samples.jsonl     every case's raw samples (seconds, in the order taken)
@@ -19,16 +19,22 @@ import shutil
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import filelock
 
+from perfsuite.cases import kinds
+from perfsuite.console import utc_now
+from perfsuite.results.read import FormatTooNew, format_of
+from perfsuite.results.schema import FORMAT_COLUMN, FORMAT_VERSION
 from perfsuite.results.sweep_shards import Shard, shard_of
 from perfsuite.scenario.load import Scenario
 
-LOGS = ("results.jsonl", "draft.jsonl", "samples.jsonl")
-DERIVED = ("results.csv", "results.json", "draft.csv", "edge_cases.csv", "report.html", "machine.json")
+SAMPLES_LOG = "samples.jsonl"
+LOGS = (*kinds.logs(), SAMPLES_LOG)
+"""The logs a run appends to: each case kind's rows (`cases.kinds`: results.jsonl, draft.jsonl), samples."""
+DERIVED = ("results.json", *kinds.table_files(), "edge_cases.csv", "report.html", "machine.json")
 FOLDERS = ("counters", "tp")
 MANIFEST = "run.json"
 LOCK = ".perfsuite.lock"
@@ -89,15 +95,11 @@ def claimed(out_dir: Path) -> Iterator[None]:
             f"{out_dir}: another perfsuite run is writing here ({who}); wait for it or pick another --out"
         ) from None
     try:
-        holder.write_text(f"pid {os.getpid()} on {socket.gethostname()}, since {_now()}")
+        holder.write_text(f"pid {os.getpid()} on {socket.gethostname()}, since {utc_now()}")
         yield
     finally:
         holder.unlink(missing_ok=True)
         lock.release()
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def read_manifest(out_dir: Path) -> dict[str, object] | None:
@@ -109,9 +111,11 @@ def read_manifest(out_dir: Path) -> dict[str, object] | None:
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, object]) -> None:
+    """`run.json`, atomically, its first key this perfsuite's result format (`schema.FORMAT_VERSION`)."""
     path = out_dir / MANIFEST
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
+    stamped = {FORMAT_COLUMN: FORMAT_VERSION, **{k: v for k, v in manifest.items() if k != FORMAT_COLUMN}}
+    tmp.write_text(json.dumps(stamped, indent=1, default=str), encoding="utf-8")
     tmp.replace(path)
 
 
@@ -144,7 +148,10 @@ def put_aside(out_dir: Path) -> Path | None:
 def check_resume(
     out_dir: Path, manifest: dict[str, object] | None, settings: dict[str, object], logged: set[str]
 ) -> None:
-    """Refuse to resume a log written with other settings: `logged` holds the fingerprints its rows carry."""
+    """Refuse to resume a log written with other settings (`logged`: the fingerprints its rows carry) or
+    by a perfsuite of a newer result format (`run.json`); an older format resumes, its rows kept as they
+    are (format 1: no `format_version`), the new rows in this format."""
+    check_resume_format(out_dir, manifest)
     other = logged - {fingerprint(settings)}
     if not other:
         return
@@ -156,6 +163,24 @@ def check_resume(
     raise RunRefused(
         f"{out_dir}: cannot --resume: its log holds {what}{detail}; "
         "run without --resume (the earlier run moves to earlier/) or pick another --out"
+    )
+
+
+def check_resume_format(out_dir: Path, manifest: dict[str, object] | None) -> None:
+    """`RunRefused` when the folder's `run.json` states a result format this perfsuite cannot continue."""
+    value = (manifest or {}).get(FORMAT_COLUMN)
+    try:
+        format_of(value, MANIFEST)
+    except FormatTooNew:
+        what = f"{MANIFEST} is result format {value}, newer than this perfsuite writes ({FORMAT_VERSION})"
+        fix = "upgrade perfsuite, or run without --resume"
+    except ValueError as exc:
+        what, fix = str(exc), "run without --resume"
+    else:
+        return
+    raise RunRefused(
+        f"{out_dir}: cannot --resume: its {what}; {fix} (the earlier run moves to earlier/) "
+        "or pick another --out"
     )
 
 

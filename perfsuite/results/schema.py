@@ -1,13 +1,31 @@
 """The schema of every row kind perfsuite writes, in one place: the columns of kernel and tensor-parallel
 case rows (`results.csv`), the tensor-parallel extras, the draft rows (`draft.csv`), which columns identify a
-case, and the speedup against the baseline. Each column's text is its meaning; order is CSV order."""
+case, and the speedup against the baseline. Each column's text is its meaning; order is CSV order. The
+result format's version (`FORMAT_VERSION`, on every row and in `run.json`) and its history are here too."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from perfsuite import variants
-from perfsuite.distributed import tp_variants
+from perfsuite.cases import kinds
+
+FORMAT_VERSION = 2
+"""The result format this perfsuite writes and the newest it reads (`FORMAT_COLUMN` of every row and
+`run.json`); a row or file without it is format 1. Raise it, and add a line below, when a column changes
+meaning or goes away (a new column alone does not need it)."""
+FORMAT_COLUMN = "format_version"
+FORMAT_HISTORY: dict[int, str] = {
+    1: (
+        "everything before versioning (no format_version): issue 11 added samples, spread, unstable, the "
+        "paired speedups (speedup_p20/p80/method), threads, machine state and run/settings; issue 14 the "
+        "logits' shape (top1_prob, entropy_nats, tie rows) and the draft tie/precision columns; issue 19 "
+        "made bytes_model cache-aware (bytes_model_uncached: the old figure), added model_cache_bytes, "
+        "the copy clocks and above_copy; files from before tp read as tp 1"
+    ),
+    2: "format_version on every row (results, tensor parallel, draft, samples) and in run.json",
+}
+"""One line per result format: what changed in it."""
 
 RESULT_COLUMNS: dict[str, str] = {
     "scenario": "scenario name",
@@ -67,6 +85,18 @@ RESULT_COLUMNS: dict[str, str] = {
     "pct_peak": "gbps as a percent of peak_gbps",
     "pct_copy": "gbps as a percent of copy_gbps",
     "above_copy": "gbps above copy_gbps: the model counts bytes the device did not move, or copy_gbps is low",
+    "reference": (
+        "the in-turn reference sampled with the variants of this shape and path: 'logits copy, <timing>' "
+        "(dst.copy_(logits) into a preallocated buffer; graph path: captured like the variants)"
+    ),
+    "ref_median_us": "the reference's median time in the same rounds as this row, microseconds",
+    "ref_p20_us": "... its 20th percentile (raw samples: ref_seconds in samples.jsonl)",
+    "ref_p80_us": "... its 80th percentile",
+    "vs_ref": "this row's time over the reference's, per round: the median (what `compare` judges)",
+    "vs_ref_p20": "20th percentile of the per-round ratios to the reference",
+    "vs_ref_p80": "80th percentile of the per-round ratios to the reference",
+    "copy_gbps_in_turn": "the reference's rate: 2 x the logits' bytes / ref_median_us, GB/s (read + write)",
+    "pct_copy_in_turn": "gbps as a percent of copy_gbps_in_turn (the one-read floor measured in turn)",
     "peak_temp_bytes": "peak memory the call allocates beyond its input (measured; graph: the captured ops)",
     "model_temp_bytes": "largest temporary by the variant's model",
     "verdict": "parity against float64: pass | inexact | fail | n/a",
@@ -99,6 +129,7 @@ RESULT_COLUMNS: dict[str, str] = {
     "driver": "GPU driver version (nvidia-smi; amdgpu module version on ROCm)",
     "git_sha": "commit of perfsuite",
     "timestamp": "when the case finished (UTC, ISO 8601)",
+    "format_version": "result format of the row (schema.FORMAT_HISTORY); empty: 1, before versioning",
 }
 RUN_COLUMNS = ("run", "settings", "threads")
 """Columns that say which run a row came from: rows of different runs never pool into one figure."""
@@ -207,11 +238,14 @@ DRAFT_COLUMNS: dict[str, str] = {
     "runtime": "CUDA / HIP runtime",
     "git_sha": "commit of perfsuite",
     "timestamp": "when the case finished (UTC, ISO 8601)",
+    "format_version": "result format of the row (schema.FORMAT_HISTORY); empty: 1, before versioning",
 }
 
 
 BASELINE = variants.BASELINE
-BASELINES = (BASELINE, tp_variants.BASELINE)
+BASELINES = tuple(
+    dict.fromkeys(kind.baseline for kind in kinds.KINDS)
+)  # full_softmax, allgather_full_softmax
 """The variant every speedup is relative to: single device first, then tensor parallel (tp > 1)."""
 SPEEDUP_KEYS = ("device", "backend", "run", "path", "dtype", "vocab", "batch", "topk", "logits", "l2")
 """A row's baseline is the baseline variant's row with the same values of these (and the same tp)."""

@@ -161,9 +161,14 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
 def merge(paths: Sequence[str | Path]) -> Merged | None:
     """Check that the run folders among `paths` are the shards of one run; None when none is a shard.
     `ShardError` when sharded folders are mixed with others, or differ in settings or shard count, or a
-    shard comes twice."""
+    shard comes twice; `read.FormatTooNew` when a shard's `run.json` is of a newer result format."""
+    from perfsuite.results.read import format_of
+    from perfsuite.results.schema import FORMAT_COLUMN
+
     folders = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
     manifests = [_manifest(f) for f in folders]
+    for folder, manifest in zip(folders, manifests, strict=True):  # known formats mix; a newer one: refused
+        format_of(manifest.get(FORMAT_COLUMN), folder / MANIFEST)
     shards = [shard_of(m) for m in manifests]
     if all(s is None for s in shards):
         return None
@@ -231,7 +236,7 @@ class MergedRun:
 def load(paths: Sequence[str | Path]) -> MergedRun | None:
     """The shard folders among `paths` (folders of shard folders expanded) read as one run; None when
     no path is a shard. `ShardError` as `merge`; a results file that cannot be read: `ValueError`."""
-    from perfsuite.results.read import load_many, load_samples, run_notes
+    from perfsuite.results.read import load_many, load_samples, read_draft, run_notes
 
     merged = merge(expand(paths))
     if merged is None:
@@ -239,7 +244,7 @@ def load(paths: Sequence[str | Path]) -> MergedRun | None:
     folders = merged.folders
     frame = relabel(load_many(folders), merged.label)
     assert frame is not None
-    drafts = [pd.read_csv(f / "draft.csv") for f in folders if (f / "draft.csv").is_file()]
+    drafts = [read_draft(f / "draft.csv") for f in folders if (f / "draft.csv").is_file()]
     edges = [f / "edge_cases.csv" for f in folders if (f / "edge_cases.csv").is_file()]
     return MergedRun(
         frame=frame,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.results.schema import RESULT_COLUMNS
+from perfsuite.results.schema import FORMAT_COLUMN, FORMAT_VERSION, RESULT_COLUMNS
 
 
 def to_frame(rows: Iterable[dict[str, object]]) -> pd.DataFrame:
@@ -27,7 +27,8 @@ class ResultsLog:
     """Appends each finished row to a JSON-lines log at once, so an interrupted run keeps what it measured.
 
     Reading tolerates a torn last line (a process killed mid-write, a full disk): it is dropped, and
-    `dropped` says so; so is any other line that is not a JSON object."""
+    `dropped` says so; so is any other line that is not a JSON object. Every row appended carries the
+    result format (`schema.FORMAT_COLUMN`); rows kept by `rewrite` keep theirs (none: format 1)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -35,6 +36,8 @@ class ResultsLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, row: dict[str, object]) -> None:
+        """Write one row, stamped with this perfsuite's result format (`FORMAT_VERSION`), and flush."""
+        row = {**row, FORMAT_COLUMN: FORMAT_VERSION}  # every kind's rows pass here: kernel, tp, draft
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row, default=_jsonable) + "\n")
             f.flush()

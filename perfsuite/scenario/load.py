@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import variants
+from perfsuite.cases import kinds
 from perfsuite.measure.execution import PATHS
 from perfsuite.scenario import inputs, logits_files, validate
 from perfsuite.scenario.settings import Inputs, Timing
@@ -99,7 +100,7 @@ class Scenario:
     sweeps: tuple[Sweep, ...] = (Sweep(),)
     timing: Timing = field(default_factory=Timing)
     inputs: Inputs = field(default_factory=Inputs)
-    extra: dict[str, Any] = field(default_factory=dict)  # tables other modules validate ([draft])
+    extra: dict[str, Any] = field(default_factory=dict)  # the other case kinds' tables ([draft])
 
 
 # ---------------------------------------------------------------- validation
@@ -186,7 +187,8 @@ INPUT_CHECKS = {
     "files": _check_files,
 }
 TOP_LEVEL = ("name", "description", "device", "sweep", "timing", "inputs")
-EXTRA_TABLES = ("draft",)
+EXTRA_TABLES = tuple(t for t in kinds.tables() if t != kinds.SWEEP_TABLE)
+"""The tables case kinds read besides [[sweep]] ([draft]), each validated by its kind's parser."""
 
 
 def _table(source: str, name: str, raw: Any, table_checks: dict[str, validate.Check], cls: type) -> Any:
@@ -245,17 +247,17 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
     device = data.get("device", "auto")
     if device != "auto" and device.split(":")[0] not in ("cpu", "cuda"):
         raise validate.fail(source, "device", f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    # a file with only [draft] tables has no kernel-level sweep; `sweep = []` says so explicitly
-    raw_sweeps = data.get("sweep", [] if "draft" in data else {})
+    # a file with only other kinds' tables ([draft]) has no kernel-level sweep; `sweep = []` says so too
+    others = [table for table in EXTRA_TABLES if table in data]
+    raw_sweeps = data.get(kinds.SWEEP_TABLE, [] if others else {})
     given = _table(source, "inputs", data.get("inputs", {}), INPUT_CHECKS, Inputs)  # files before sweeps
     sweeps = tuple(
         _sweep(source, "sweep" if isinstance(raw_sweeps, dict) else f"sweep#{i + 1}", raw, given.files)
         for i, raw in enumerate(raw_sweeps if isinstance(raw_sweeps, list) else [raw_sweeps])
     )
-    if "draft" in data:
-        from perfsuite.draft.spec import parse_draft
-
-        parse_draft(data["draft"], source)  # a bad [draft] table is refused now, not mid-run
+    for kind in kinds.KINDS:
+        if kind.parse is not None and kind.table in data:
+            kind.part("parse")(data[kind.table], source)  # a bad table is refused now, not mid-run
     return Scenario(
         name=data.get("name", Path(source).stem),
         source=source,

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from perfsuite.console import first_line
+
 SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 KIND_PREFIX = "file:"
@@ -137,9 +139,9 @@ def _itemsize(dtype: str) -> int:
     return torch.empty((), dtype=getattr(torch, dtype)).element_size()
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__)[:200]
+def _said(exc: BaseException) -> str:
+    """What a file reader said, for a one-line message."""
+    return first_line(exc, 200, typed=False)
 
 
 def _header(file: Path, tensor: str) -> tuple[int, int, str, bool]:
@@ -187,10 +189,10 @@ def _load_pt(file: Path, tensor: str) -> tuple[torch.Tensor, bool]:
     try:
         value = torch.load(file, map_location="cpu", weights_only=True, mmap=mapped)
     except OSError as exc:
-        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _first_line(exc)})") from None
+        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _said(exc)})") from None
     except Exception as exc:  # pickle, zip and torch's own errors: not a file torch reads safely
         raise LogitsFileError(
-            f"{file}: not a tensor file torch.load reads with weights_only=True ({_first_line(exc)})"
+            f"{file}: not a tensor file torch.load reads with weights_only=True ({_said(exc)})"
         ) from None
     if isinstance(value, dict):
         value = _pick(file, value, tensor)
@@ -207,9 +209,9 @@ def _load_npy(file: Path):
     try:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except OSError as exc:
-        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _first_line(exc)})") from None
+        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _said(exc)})") from None
     except Exception as exc:
-        raise LogitsFileError(f"{file}: not a .npy file numpy reads ({_first_line(exc)})") from None
+        raise LogitsFileError(f"{file}: not a .npy file numpy reads ({_said(exc)})") from None
 
 
 SAFETENSORS_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
@@ -223,9 +225,9 @@ def _safe_open(file: Path):
     try:
         return safe_open(str(file), framework="pt", device="cpu")
     except OSError as exc:
-        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _first_line(exc)})") from None
+        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _said(exc)})") from None
     except Exception as exc:
-        raise LogitsFileError(f"{file}: not a .safetensors file ({_first_line(exc)})") from None
+        raise LogitsFileError(f"{file}: not a .safetensors file ({_said(exc)})") from None
 
 
 def _safetensors_header(file: Path, tensor: str) -> tuple[tuple[int, ...], str]:
@@ -273,5 +275,5 @@ def _digest(files: list[Path]) -> str:
                 while chunk := handle.read(1 << 22):
                     digest.update(chunk)
         except OSError as exc:
-            raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _first_line(exc)})") from None
+            raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _said(exc)})") from None
     return digest.hexdigest()[:16]

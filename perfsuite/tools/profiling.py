@@ -36,11 +36,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.errors import first_line
-from perfsuite.measure import threads, timing
+from perfsuite.console import first_line
+from perfsuite.measure import timing
 from perfsuite.measure.device import DeviceInfo, detect, synchronize
 from perfsuite.measure.memory import native_stderr_silenced
 from perfsuite.results.rows import case_row
+from perfsuite.scenario import settings
 from perfsuite.scenario.load import Case, Scenario, ScenarioError, expand
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -361,7 +362,7 @@ def profile_scenario(
 ) -> ProfileOutcome:
     """A trace per case of the scenario under `out_dir`, then kernels.csv and cases.csv (interrupted: the
     tables of the cases profiled so far), with the scenario's torch CPU threads applied first."""
-    threads.apply(scenario.timing.threads)
+    settings.apply_threads(scenario.timing.threads)
     info = detect(scenario.device)
     runner = KernelCaseRunner(info, {"device": info.name, "backend": info.backend})
     cases = select_cases(expand(scenario), only)
@@ -438,7 +439,7 @@ def call_case(scenario: Scenario, case_id: str, *, calls: int = 1, roctx_region:
     its own range, `FLUSH_RANGE`, outside the case's range and the ROCTx region; the scenario's torch CPU
     threads are applied first. Returns why the case is skipped here, or None.
     """
-    threads.apply(scenario.timing.threads)
+    settings.apply_threads(scenario.timing.threads)
     cases = {c.case_id: c for c in expand(scenario)}
     if case_id not in cases:
         raise ScenarioError(f"{scenario.source}: no case {case_id!r} (`perfsuite list` shows them)")

@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from perfsuite.console import first_line
 from perfsuite.variants.base import (
     FP8_DTYPES,
     SUPPORTED_DTYPES,
@@ -105,11 +106,6 @@ class Contract:
 
 
 KEYS = tuple(f.name for f in fields(Contract))
-
-
-def _one_line(text: str) -> str:
-    lines = str(text).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 def _allowed(values: tuple[Any, ...]) -> str:
@@ -313,7 +309,7 @@ def assumed_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traff
 
 
 def summary_of(fn: Callable[..., Any], declared: Contract) -> str:
-    own = declared.summary or _one_line(getattr(fn, "__doc__", None) or "") or "external selector"
+    own = declared.summary or first_line(getattr(fn, "__doc__", None) or "") or "external selector"
     shape = []
     if declared.indices_only:
         shape.append(f"indices only, topk_p = 1.0 (declared {declared.accuracy}; judged on indices)")
@@ -345,7 +341,7 @@ def _resolve(spec: str, shown: str) -> Callable[..., Any]:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # an import runs arbitrary code: any failure is the selector's
         raise ExternalSelectorError(
-            f"selector {shown!r}: cannot import {module_name}: {type(exc).__name__}: {_one_line(str(exc))}"
+            f"selector {shown!r}: cannot import {module_name}: {first_line(exc)}"
         ) from None
     where = module_name
     for part in attr_path.split("."):
@@ -354,7 +350,7 @@ def _resolve(spec: str, shown: str) -> Callable[..., Any]:
         except AttributeError:
             raise ExternalSelectorError(f"selector {shown!r}: {where} has no attribute {part!r}") from None
         except Exception as exc:
-            problem = f"{type(exc).__name__}: {_one_line(str(exc))}"
+            problem = f"{first_line(exc)}"
             raise ExternalSelectorError(
                 f"selector {shown!r}: reading {where}.{part} failed: {problem}"
             ) from None

@@ -15,7 +15,7 @@ import importlib
 
 from perfsuite import variants
 from perfsuite.distributed.tp_variants.allgather import allgather_variant
-from perfsuite.distributed.tp_variants.base import Local, TPVariant
+from perfsuite.distributed.tp_variants.tp_base import Local, TPVariant
 
 BASELINE = "allgather_full_softmax"
 """What engines do today under tensor parallelism: all-gather the logits, then softmax and top-k."""

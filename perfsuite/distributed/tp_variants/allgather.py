@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from perfsuite import variants
-from perfsuite.distributed.tp_variants.base import Local, TPVariant, allgather_comm_bytes
+from perfsuite.distributed.tp_variants.tp_base import Local, TPVariant, allgather_comm_bytes
 from perfsuite.variants.base import Traffic
 
 

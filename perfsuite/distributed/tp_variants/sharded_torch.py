@@ -7,7 +7,7 @@ import torch
 from perfsuite import variants
 from perfsuite.distributed import partials
 from perfsuite.distributed.shard import padded_width
-from perfsuite.distributed.tp_variants.base import Local, TPVariant, partial_wire_bytes
+from perfsuite.distributed.tp_variants.tp_base import Local, TPVariant, partial_wire_bytes
 from perfsuite.variants.base import Traffic
 
 LOCAL = variants.get("identity")

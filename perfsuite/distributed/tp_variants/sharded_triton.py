@@ -6,7 +6,7 @@ import torch
 
 from perfsuite.distributed import partials
 from perfsuite.distributed.shard import padded_width
-from perfsuite.distributed.tp_variants.base import Local, TPVariant, partial_wire_bytes
+from perfsuite.distributed.tp_variants.tp_base import Local, TPVariant, partial_wire_bytes
 from perfsuite.kernels import availability
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, ideal_traffic

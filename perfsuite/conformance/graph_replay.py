@@ -16,8 +16,8 @@ import torch
 
 from perfsuite import simulated_gpu
 from perfsuite.conformance import judge as judging
+from perfsuite.console import first_line
 from perfsuite.correctness import edge_cases
-from perfsuite.errors import first_line
 from perfsuite.measure import execution
 from perfsuite.measure.device import synchronize
 from perfsuite.variants.base import Variant

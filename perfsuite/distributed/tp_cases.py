@@ -1,5 +1,5 @@
-"""Tensor-parallel cases, run on every rank of a process group: `TPCaseRunner.run(case)` gives the row
-(on rank 0) of one case.
+"""Tensor-parallel cases, run on every rank of a process group: `select` picks a scenario's cases of one tp
+size, and `TPCaseRunner.run(case)` gives the row (on rank 0) of one case.
 
 Each rank builds the same full logits from the seed (so its parity is checked against the full float64
 reference) and keeps its vocabulary slice. Per case: a skip decision all ranks share; one call whose
@@ -9,16 +9,18 @@ each sample the slowest rank's. A rank that fails a phase makes every rank recor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
+import pandas as pd
 import torch
 
 from perfsuite import variants
 from perfsuite.cases.protocol import run_case
 from perfsuite.correctness import parity
-from perfsuite.distributed import rows, tp_variants
+from perfsuite.distributed import tp_rows, tp_variants
 from perfsuite.distributed.group import Group
 from perfsuite.distributed.rank_sampler import RankSampler
 from perfsuite.distributed.shard import local_slice, shard_of
@@ -27,7 +29,8 @@ from perfsuite.measure import memory, timing
 from perfsuite.measure.device import DeviceInfo
 from perfsuite.results.rows import CaseFailed, is_out_of_memory, one_line
 from perfsuite.scenario import inputs
-from perfsuite.scenario.load import Case
+from perfsuite.scenario import load as scenarios
+from perfsuite.scenario.load import Case, Scenario
 from perfsuite.variants.base import unclaimed_k
 
 T = TypeVar("T")
@@ -58,7 +61,7 @@ class TPCaseRunner:
         return run_case(self, case)
 
     def identify(self, case: Case) -> dict[str, object]:
-        return rows.case_row(case, self.env, self.group.backend)
+        return tp_rows.case_row(case, self.env, self.group.backend)
 
     def release(self) -> None:
         """Inputs stay for the next case that shares them."""
@@ -102,7 +105,7 @@ class TPCaseRunner:
         agree = self.group.max  # each sample is the slowest rank's; all ranks stop together
         samples = self._agreed(lambda: timing.measure_in_turn([sampler], case.timing, agree)[0])
         peak = int(self.group.max([peak])[0])
-        figures = rows.figures(case, samples, peak, self.info, self.env.get("copy_gbps"))
+        figures = tp_rows.figures(case, samples, peak, self.info, self.env.get("copy_gbps"))
         return {**self._parity_over_ranks(check, outputs), **figures, "status": "ok", "reason": ""}
 
     def full_logits(self, case: Case) -> torch.Tensor:
@@ -165,3 +168,40 @@ class TPCaseRunner:
         if not agree:
             out.update(verdict="fail", problem=f"ranks returned different results; {out['problem']}".strip())
         return {**out, "ranks_agree": agree, "parity_ranks": len(checks)}
+
+
+def load(path: str | Path) -> Scenario:
+    """The scenario file (its validation knows the tensor-parallel variant names)."""
+    return scenarios.load(path)
+
+
+def select(scenario: Scenario, tp: int, case_ids: Iterable[str] | None = None) -> list[Case]:
+    """The scenario's cases with `case.tp == tp` (only those in `case_ids` when given), in sweep order."""
+    wanted = None if case_ids is None else set(case_ids)
+    return [
+        case
+        for case in scenarios.expand(scenario)
+        if case.tp == tp and (wanted is None or case.case_id in wanted)
+    ]
+
+
+def is_tensor_parallel(case: Case) -> bool:
+    """Cases that run under torchrun: tp > 1, or a tensor-parallel variant."""
+    return case.tp > 1 or tp_variants.is_tp_variant(case.variant)
+
+
+def tp_cases(scenario: Scenario) -> list[Case]:
+    """The scenario's tensor-parallel cases (the `tensor_parallel` case kind, `cases.kinds`), in sweep
+    order."""
+    return [case for case in scenarios.expand(scenario) if is_tensor_parallel(case)]
+
+
+def unit(case: Case) -> tuple:
+    """The cases that run together (one shard's unit): one tp size's cases, one torchrun launch."""
+    return ("tp", case.tp)
+
+
+def rows(frame: pd.DataFrame) -> pd.Series:
+    """Which rows of results.jsonl are tensor-parallel rows: tp > 1 or a tensor-parallel variant."""
+    tp = pd.to_numeric(frame["tp"], errors="coerce").fillna(1) if "tp" in frame else 1
+    return (tp > 1) | frame["variant"].isin(tp_variants.names())

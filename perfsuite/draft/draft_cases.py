@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 import torch
 
 from perfsuite import kernels, variants
+from perfsuite.cases.kinds import KindRun
 from perfsuite.cases.protocol import run_case
+from perfsuite.console import progress_bar
 from perfsuite.draft import consumer
 from perfsuite.draft.clock import cycle_sampler, device_sampler
 from perfsuite.draft.counting import count_kernels
@@ -24,7 +26,6 @@ from perfsuite.draft.loop import DraftLoop, DraftTree, LoopConfig, Traced, const
 from perfsuite.draft.spec import DraftCase, expand_draft, upcast_name
 from perfsuite.measure import execution, memory, timing
 from perfsuite.measure.device import DeviceInfo
-from perfsuite.measure.progress import progress_bar
 from perfsuite.results.schema import DRAFT_COLUMNS
 from perfsuite.scenario import inputs
 from perfsuite.scenario.load import Scenario
@@ -61,6 +62,16 @@ def run_draft(
             yield runner.run(case)
     finally:
         runner.close()
+
+
+def run(cases: list[DraftCase], context: KindRun) -> Iterator[dict[str, object]]:
+    """The draft case kind's rows (`cases.kinds`), as each finishes."""
+    return run_draft(context.scenario, context.info, context.env, context.progress, cases=cases)
+
+
+def unit(case: DraftCase) -> tuple:
+    """The cases that run together (one shard's unit): one draft configuration's variants and paths."""
+    return case.config_key
 
 
 def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:
