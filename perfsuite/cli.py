@@ -124,9 +124,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     table = console_table(frame)
     if table:
         print(table)
-    for what, rows in (("cases", frame), ("draft cases", outcome.draft)):
-        if len(rows) or what == "cases":
-            print(f"{len(rows)} {what}: {_status_counts(rows)}")
+    print(f"{len(frame)} cases: {_status_counts(frame)}")
+    for kind, rows in outcome.other_kinds():  # draft cases, and any other kind's own table
+        if len(rows):
+            print(f"{len(rows)} {kind.replace('_', ' ')} cases: {_status_counts(rows)}")
     for name, path in outcome.files.items():
         print(f"  {name:10s} {path}")
     for note in outcome.notes:
@@ -269,31 +270,38 @@ def result_keys(args: argparse.Namespace) -> list[str]:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from perfsuite.cases import kinds
     from perfsuite.report import build_report, load_many
     from perfsuite.results import sweep_shards
-    from perfsuite.results.read import load_samples, run_notes
+    from perfsuite.results.read import load_samples, read_table, run_notes
 
     first = Path(args.results[0])
     run_dir = first if first.is_dir() else first.parent
     edge_path = args.edge_cases or _sibling(run_dir / "edge_cases.csv", len(args.results))
-    draft_path = args.draft or _sibling(run_dir / "draft.csv", len(args.results))
     try:
         merged = sweep_shards.load(args.results)
         if merged is not None:  # the shards of one run (`run --shard`), as one run
             frame, samples, notes = merged.frame, merged.samples, merged.notes
-            draft = pd.read_csv(args.draft) if args.draft else merged.draft
+            tables = merged.tables
             edges = pd.read_csv(args.edge_cases) if args.edge_cases else merged.edge_cases
             run_dir = merged.folders[0].parent
         else:
             frame = load_many([Path(p) for p in args.results])
             samples, notes = load_samples(args.results), run_notes(args.results)
             edges = pd.read_csv(edge_path) if edge_path else None
-            draft = pd.read_csv(draft_path) if draft_path else None
+            # the other case kinds' tables beside a single run's results (draft.csv)
+            tables = {
+                name: read_table(path)
+                for name in kinds.table_files()[1:]
+                if (path := _sibling(run_dir / name, len(args.results)))
+            }
+        if args.draft:
+            tables = {**tables, "draft.csv": read_table(args.draft)}
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out) if args.out else run_dir / "report.html"
     report = build_report(
-        frame, out, edge_cases=edges, draft=draft, title=args.title, notes=notes, samples=samples
+        frame, out, edge_cases=edges, tables=tables, title=args.title, notes=notes, samples=samples
     )
     print(report)
     _print_caveats()

@@ -45,6 +45,14 @@ class RunOutcome:
         """The draft-loop rows (draft.csv; empty without draft cases)."""
         return self.tables.get(kinds.get("draft").table_file, pd.DataFrame())
 
+    def other_kinds(self) -> list[tuple[str, pd.DataFrame]]:
+        """(kind name, rows) of the kinds with a table of their own, in run order."""
+        return [
+            (kind.name, self.tables[kind.table_file])
+            for kind in kinds.KINDS
+            if kind.table_file in self.tables
+        ]
+
     @property
     def parity_failures(self) -> pd.DataFrame:
         """Rows whose parity verdict is "fail": an index the reference ranks lower (any variant, argmax
@@ -100,10 +108,10 @@ def _run(
     if resume:
         label = str((earlier or {}).get("label") or label or run_dir.new_label(info.name))
     label = label or run_dir.new_label(info.name)
-    logs = dict(zip(run_dir.LOGS, opened, strict=True))
+    logs = dict(zip(run_dir.logs(), opened, strict=True))
     samples_log = logs[run_dir.SAMPLES_LOG]
     done = {
-        name: {str(row["case_id"]) for row in rows} for name, rows in zip(run_dir.LOGS, kept, strict=True)
+        name: {str(row["case_id"]) for row in rows} for name, rows in zip(run_dir.logs(), kept, strict=True)
     }
     usage = machine.CpuUse()
     env = environment(info, scenario.name, run=label, settings=key)
@@ -171,12 +179,12 @@ def _gpu_text(state: dict[str, object]) -> str:
 def _open_logs(
     out_dir: Path, resume: bool, earlier: dict | None, settings: dict[str, object], notes: list[str]
 ) -> tuple[list[ResultsLog], list[list[dict[str, object]]]]:
-    """The run's logs (`run_dir.LOGS`) and the rows each keeps: with `resume`, every row but errors (after
+    """The run's logs (`run_dir.logs()`) and the rows each keeps: with `resume`, every row but errors (after
     checking they were written with these settings), else none (an earlier run's files are put aside)."""
-    logs = [ResultsLog(out_dir / name) for name in run_dir.LOGS]
+    logs = [ResultsLog(out_dir / name) for name in run_dir.logs()]
     if resume:
         kept = [_resumable(log, notes) for log in logs]
-        row_logs = [rows for name, rows in zip(run_dir.LOGS, kept, strict=True) if name in kinds.logs()]
+        row_logs = [rows for name, rows in zip(run_dir.logs(), kept, strict=True) if name in kinds.logs()]
         logged = {str(row.get("settings") or "") for rows in row_logs for row in rows}
         run_dir.check_resume(out_dir, earlier, settings, logged)
     else:

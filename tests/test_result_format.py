@@ -205,8 +205,8 @@ def test_a_newer_draft_table_is_refused(run_folder: Path, tmp_path: Path):
     path = tmp_path / "draft.csv"
     pd.read_csv(run_folder / "draft.csv").assign(**{FORMAT_COLUMN: NEWER}).to_csv(path, index=False)
     with pytest.raises(read.FormatTooNew):
-        read.read_draft(path)
-    assert len(read.read_draft(run_folder / "draft.csv")) == 1
+        read.read_table(path)
+    assert len(read.read_table(run_folder / "draft.csv")) == 1
 
 
 def test_resume_continues_a_format_1_run(run_folder: Path, scenario: Path, tmp_path: Path):

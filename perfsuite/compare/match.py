@@ -62,7 +62,7 @@ ORDER = ("broken", "parity worse", "slower", "noisy", "skipped now", "faster", "
 NUMBERS = ("median_us", "p20_us", "p80_us", "bytes_model", "bytes_measured", "spread", "other_cores",
            "ref_median_us", "vs_ref", "vs_ref_p20", "vs_ref_p80")  # fmt: skip
 TEXTS = (*KEYS, "status", "verdict", "case_id", "reason", "run")
-"""A run's raw samples, beside its results (`run_dir.LOGS`): {"case_id", "run", "seconds": [...]} a line."""
+"""A run's raw samples, beside its results (`run_dir.logs()`): {"case_id", "run", "seconds": [...]} a line."""
 SECONDS = "seconds"
 """The column `load_side` puts a case's raw samples in (a tuple of seconds; None without)."""
 REF_SECONDS = "ref_seconds"

@@ -6,7 +6,7 @@ launch code (plans to grids, tensors to arguments, the wrappers the variants cal
 Triton-free shape heuristic and its knobs, `tuned` the tables of plans measured on a GPU and `tuner` what
 measures them (`perfsuite tune`), `resources` the ahead-of-time compile report (`perfsuite kernels`),
 `compile_plan` every kernel key the GPU check's stages will launch (scenarios, tune candidates, edge cases,
-draft cases, the battery), `warm` compiles such a plan in parallel (`python -m perfsuite.kernels.warm`)
+draft cases, the battery), `warm` compiles such a plan in parallel (`perfsuite warm`)
 and `launch_log` records the keys launched, to prove each was warmed first.
 
     availability(device) -> None when the kernels can run on `device`, else a short reason

@@ -60,6 +60,14 @@ NUMERIC_COLUMNS = (
     "copy_warmup_s",
     "pct_peak",
     "pct_copy",
+    "ref_median_us",
+    "ref_p20_us",
+    "ref_p80_us",
+    "vs_ref",
+    "vs_ref_p20",
+    "vs_ref_p80",
+    "copy_gbps_in_turn",
+    "pct_copy_in_turn",
     "peak_temp_bytes",
     "model_temp_bytes",
     "idx_exact_ref",
@@ -126,8 +134,9 @@ def formats(frame: pd.DataFrame, where: object) -> set[int]:
     return {format_of(v, where) for v in values[values.notna()].unique()} or {1}
 
 
-def read_draft(path: str | Path) -> pd.DataFrame:
-    """A `draft.csv` (draft-loop rows, pandas' types), its result format checked as `load_results` does."""
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A case kind's own table (draft.csv: draft-loop rows; pandas' types), its result format checked as
+    `load_results` does."""
     frame = pd.read_csv(path)
     formats(frame, path)
     return frame

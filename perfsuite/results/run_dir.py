@@ -32,9 +32,19 @@ from perfsuite.results.sweep_shards import Shard, shard_of
 from perfsuite.scenario.load import Scenario
 
 SAMPLES_LOG = "samples.jsonl"
-LOGS = (*kinds.logs(), SAMPLES_LOG)
-"""The logs a run appends to: each case kind's rows (`cases.kinds`: results.jsonl, draft.jsonl), samples."""
-DERIVED = ("results.json", *kinds.table_files(), "edge_cases.csv", "report.html", "machine.json")
+
+
+def logs() -> tuple[str, ...]:
+    """The logs a run appends to: each case kind's rows (`cases.kinds`: results.jsonl, draft.jsonl), then
+    the samples."""
+    return (*kinds.logs(), SAMPLES_LOG)
+
+
+def derived() -> tuple[str, ...]:
+    """The files a run rebuilds from its logs: tables (each kind's), the edge cases, the report."""
+    return ("results.json", *kinds.table_files(), "edge_cases.csv", "report.html", "machine.json")
+
+
 FOLDERS = ("counters", "tp")
 MANIFEST = "run.json"
 LOCK = ".perfsuite.lock"
@@ -121,7 +131,7 @@ def write_manifest(out_dir: Path, manifest: dict[str, object]) -> None:
 
 def run_files(out_dir: Path) -> list[Path]:
     """The files and folders of a run present in `out_dir`."""
-    names = (*LOGS, *DERIVED, *FOLDERS, MANIFEST)
+    names = (*logs(), *derived(), *FOLDERS, MANIFEST)
     return [out_dir / n for n in names if (out_dir / n).exists()]
 
 

@@ -23,7 +23,11 @@ FORMAT_HISTORY: dict[int, str] = {
         "made bytes_model cache-aware (bytes_model_uncached: the old figure), added model_cache_bytes, "
         "the copy clocks and above_copy; files from before tp read as tp 1"
     ),
-    2: "format_version on every row (results, tensor parallel, draft, samples) and in run.json",
+    2: (
+        "format_version on every row (results, tensor parallel, draft, samples) and in run.json; issue 24 "
+        "added the in-turn reference (reference, ref_*_us, vs_ref*, copy_gbps_in_turn, pct_copy_in_turn; "
+        "samples.jsonl's ref_seconds)"
+    ),
 }
 """One line per result format: what changed in it."""
 

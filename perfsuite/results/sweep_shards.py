@@ -228,7 +228,7 @@ class MergedRun:
     frame: pd.DataFrame
     samples: pd.DataFrame | None
     notes: list[str]
-    draft: pd.DataFrame | None
+    tables: dict[str, pd.DataFrame]  # the case kinds' own tables (draft.csv), by file name
     edge_cases: pd.DataFrame | None
     folders: list[Path]
 
@@ -236,7 +236,8 @@ class MergedRun:
 def load(paths: Sequence[str | Path]) -> MergedRun | None:
     """The shard folders among `paths` (folders of shard folders expanded) read as one run; None when
     no path is a shard. `ShardError` as `merge`; a results file that cannot be read: `ValueError`."""
-    from perfsuite.results.read import load_many, load_samples, read_draft, run_notes
+    from perfsuite.cases import kinds
+    from perfsuite.results.read import load_many, load_samples, read_table, run_notes
 
     merged = merge(expand(paths))
     if merged is None:
@@ -244,13 +245,17 @@ def load(paths: Sequence[str | Path]) -> MergedRun | None:
     folders = merged.folders
     frame = relabel(load_many(folders), merged.label)
     assert frame is not None
-    drafts = [read_draft(f / "draft.csv") for f in folders if (f / "draft.csv").is_file()]
+    tables = {}
+    for name in kinds.table_files()[1:]:  # results.csv first, loaded above
+        parts = [read_table(f / name) for f in folders if (f / name).is_file()]
+        if parts:
+            tables[name] = relabel(pd.concat(parts, ignore_index=True), merged.label)
     edges = [f / "edge_cases.csv" for f in folders if (f / "edge_cases.csv").is_file()]
     return MergedRun(
         frame=frame,
         samples=relabel(load_samples(folders), merged.label),
         notes=merged.notes + run_notes(folders),
-        draft=relabel(pd.concat(drafts, ignore_index=True), merged.label) if drafts else None,
+        tables=tables,
         edge_cases=pd.read_csv(edges[0]) if edges else None,
         folders=folders,
     )

@@ -187,8 +187,11 @@ INPUT_CHECKS = {
     "files": _check_files,
 }
 TOP_LEVEL = ("name", "description", "device", "sweep", "timing", "inputs")
-EXTRA_TABLES = tuple(t for t in kinds.tables() if t != kinds.SWEEP_TABLE)
-"""The tables case kinds read besides [[sweep]] ([draft]), each validated by its kind's parser."""
+
+
+def extra_tables() -> tuple[str, ...]:
+    """The tables case kinds read besides [[sweep]] ([draft]), each validated by its kind's parser."""
+    return tuple(table for table in kinds.tables() if table != kinds.SWEEP_TABLE)
 
 
 def _table(source: str, name: str, raw: Any, table_checks: dict[str, validate.Check], cls: type) -> Any:
@@ -240,7 +243,7 @@ def _sweep(source: str, name: str, raw: Any, files: tuple[logits_files.LogitsSou
 
 def parse(data: dict[str, Any], source: str) -> Scenario:
     """Validate a parsed TOML document."""
-    validate.unknown_keys(source, "", data, [*TOP_LEVEL, *EXTRA_TABLES])
+    validate.unknown_keys(source, "", data, [*TOP_LEVEL, *extra_tables()])
     for key in ("name", "description", "device"):
         if key in data and not isinstance(data[key], str):
             raise validate.fail(source, key, f"expected a string, got {data[key]!r}")
@@ -248,7 +251,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
     if device != "auto" and device.split(":")[0] not in ("cpu", "cuda"):
         raise validate.fail(source, "device", f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     # a file with only other kinds' tables ([draft]) has no kernel-level sweep; `sweep = []` says so too
-    others = [table for table in EXTRA_TABLES if table in data]
+    others = [table for table in extra_tables() if table in data]
     raw_sweeps = data.get(kinds.SWEEP_TABLE, [] if others else {})
     given = _table(source, "inputs", data.get("inputs", {}), INPUT_CHECKS, Inputs)  # files before sweeps
     sweeps = tuple(
@@ -266,7 +269,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         sweeps=sweeps,
         timing=_table(source, "timing", data.get("timing", {}), TIMING_CHECKS, Timing),
         inputs=given,
-        extra={key: data[key] for key in EXTRA_TABLES if key in data},
+        extra={key: data[key] for key in extra_tables() if key in data},
     )
 
 
