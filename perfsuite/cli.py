@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite import variants
-from perfsuite.console import first_line, interruptible
+from perfsuite.console import first_line, interruptible, number_at_least
 from perfsuite.scenario.load import SWEEP_CHECKS, Scenario, ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -503,7 +503,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("scenario")
     s.add_argument("--out", help="output folder (default reports/<scenario>-<backend>-<time>-profile)")
     s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
-    s.add_argument("--calls", type=_positive, default=5, help="profiled calls per case (default 5)")
+    s.add_argument("--calls", type=number_at_least(1), default=5, help="profiled calls per case (default 5)")
     s.add_argument("--only", help="profile only cases whose case_id matches this glob or substring")
     _threads_option(s)
     s.set_defaults(func=_cmd_profile)
@@ -532,7 +532,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="write an HTML page (table and a plot of the ratios)")
     s.add_argument("--csv", help="write the matched table as CSV")
     s.add_argument("--ignore-device", action="store_true", help="match cases across device names")
-    s.add_argument("--limit", type=_positive, default=30, help="rows of the text table (failures always)")
+    s.add_argument(
+        "--limit", type=number_at_least(1), default=30, help="rows of the text table (failures always)"
+    )
     s.set_defaults(func=_cmd_compare)
 
     s = sub.add_parser(
@@ -543,7 +545,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("scenario")
     s.add_argument("case_id", help="a case_id as `perfsuite list` prints it")
     s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
-    s.add_argument("--calls", type=_positive, default=1, help="calls inside the range (default 1)")
+    s.add_argument("--calls", type=number_at_least(1), default=1, help="calls inside the range (default 1)")
     s.add_argument(
         "--roctx-region",
         action="store_true",
@@ -570,7 +572,9 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--csv", help="write every (target, shape, launch) row as CSV")
     s.add_argument("--asm", help="write each distinct kernel's TTGIR, PTX and SASS (NVIDIA) or AMDGCN here")
-    s.add_argument("--jobs", type=_positive, help="compile in this many processes (default: the CPU count)")
+    s.add_argument(
+        "--jobs", type=number_at_least(1), help="compile in this many processes (default: the CPU count)"
+    )
     s.set_defaults(func=_cmd_kernels)
 
     s = sub.add_parser(
@@ -655,29 +659,9 @@ class _CommandParser(argparse.ArgumentParser):
 def _threads_option(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--threads",
-        type=_at_least_zero,
+        type=number_at_least(0),
         help="torch CPU threads (default: the scenario's [timing] threads, else 1; 0: torch's default)",
     )
-
-
-def _at_least_zero(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

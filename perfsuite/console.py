@@ -1,5 +1,6 @@
-"""What a perfsuite command shows and how it is stopped: an error in one line, a progress bar on stderr,
-and SIGINT / SIGTERM raising KeyboardInterrupt so a command writes what it measured and exits 130.
+"""What a perfsuite command shows and how it is stopped: an error in one line, the number types of its
+options, a progress bar on stderr, and SIGINT / SIGTERM raising KeyboardInterrupt so a command writes
+what it measured and exits 130.
 
 SIGTERM is what `timeout`, a batch scheduler, `docker stop` or `kill` send. SIGINT is honoured even where
 the process inherited it as ignored: a non-interactive shell starts its background jobs (`cmd &`) that way,
@@ -8,10 +9,11 @@ and a script that later stops such a job with `kill -INT` expects it to stop.
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TypeVar
@@ -35,6 +37,24 @@ def first_line(
 def utc_now() -> str:
     """The time stamp runs and manifests carry: UTC, to the second, ISO 8601."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def number_at_least(minimum: float, kind: type = int, *, strict: bool = False) -> Callable[[str], float]:
+    """An argparse `type`: a number of `kind` (int or float) of at least `minimum` (above it, `strict`),
+    refused in argparse's one line ("expected an integer >= 1, got '0'")."""
+    what = "an integer" if kind is int else "a number"
+    bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(f"expected {what} {bound}, got {text!r}")
+        return value
+
+    return parse
 
 
 def progress_bar(

@@ -35,7 +35,7 @@
 #   rewarm    20 s   est. 10 s   the same plan with the tuned table: only tuned plans that differ from the
 #                                heuristic ones compile (0 to 82: triton_auto's keys in the sweep 20, the
 #                                draft 8, the battery 54)
-#   sweep    130 s   est. 115 s  `perfsuite run scenarios/gpu_check.toml`: 600 cases, triton_auto tuned;
+#   sweep    130 s   est. 124 s  `perfsuite run scenarios/gpu_check.toml`: 648 cases, triton_auto tuned;
 #                                cold 6 (the edge-case matrix) + the tuned plans, now 0
 #   summary   15 s   est. 8 s    `perfsuite summary`: medians, speedups, targets, plans
 #   draft     35 s   est. 26 s   `perfsuite run scenarios/draft_gpu.toml`: 32 draft cycles, eager and graph;
@@ -49,7 +49,7 @@
 #                                splits, k 16, fp16 and shifts, 149 keys no stage launches (161 in all),
 #                                cold in one process (about 270 s), now over 16 workers (about 17 s each)
 #   tp        60 s   only with more than one GPU: NCCL tests and scenarios/tp_models.toml
-# Budgets 445 s + GRACE_S 20 + PACK_S 15 = 480 s <= BUDGET_S; estimates about 324 s. A stage starts with at
+# Budgets 445 s + GRACE_S 20 + PACK_S 15 = 480 s <= BUDGET_S; estimates about 333 s. A stage starts with at
 # most what is left of BUDGET_S (less GRACE_S and PACK_S) and is not run when under 3 s are left.
 # Overrides: SCENARIO, TUNE_SCENARIO, DRAFT_SCENARIO, TP_SCENARIO, TESTS (pytest arguments), TEST_JOBS,
 # PYTHON, KERNEL_TARGETS, MAX_BYTES; KEEP_WORK=1 keeps the scratch folder. With PERFSUITE_LAUNCH_LOG set,
@@ -80,7 +80,7 @@ MACHINE_S=${MACHINE_S:-30} WARM_S=${WARM_S:-60} KERNELS_S=${KERNELS_S:-25} TUNE_
 REWARM_S=${REWARM_S:-20} SWEEP_S=${SWEEP_S:-130} SUMMARY_S=${SUMMARY_S:-15} DRAFT_S=${DRAFT_S:-35}
 CHECK_S=${CHECK_S:-25} TESTS_S=${TESTS_S:-55}
 CHECK_TORCH=${CHECK_TORCH:-full_softmax argmax_ones identity identity_engine_order}
-CHECK_TRITON=${CHECK_TRITON:-triton_auto triton_fused triton_split}
+CHECK_TRITON=${CHECK_TRITON:-triton_auto triton_fused triton_split triton_argmax}
 CHECK_ARGS=${CHECK_ARGS:-}
 TP_S=${TP_S:-60}
 MAX_BYTES=${MAX_BYTES:-$((15 * 1024 * 1024))}

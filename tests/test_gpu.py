@@ -28,6 +28,8 @@ def test_graph_replay_gives_the_eager_answer(k):
     ref = parity.reference(logits, k)
     for name in _runnable():
         variant = variants.get(name)
+        if variant.unclaimed_k(k):  # an argmax (max_k = 1) at k 8
+            continue
         eager = variant(logits, k)
         prepared = execution.prepare("graph", variant.select, logits, k)
         replayed = prepared.run()

@@ -69,7 +69,7 @@ num_steps = 2
 upcast = ["fp32", "none"]
 logits = "head"
 """
-TOTAL_KEYS = 195
+TOTAL_KEYS = 206
 
 
 def _scenario(tmp_path: Path, text: str) -> Path:
@@ -130,14 +130,35 @@ def test_the_workers_launches_are_the_runs(tmp_path, recorded):
     assert set(recorded) == {u.key for u in units}
 
 
+def test_the_argmax_units_launch_the_argmax_kernels(tmp_path, recorded):
+    """triton_argmax's units (fused, split partials and merge) launch under their own keys, and the
+    variant's calls on the cases' logits compile under keys the units cover."""
+    text = TINY.replace('"identity", "triton_fused", "triton_split", "triton_auto"', '"triton_argmax"')
+    cases = expand(load(_scenario(tmp_path, text.replace("topk = [1, 4]", "topk = [1]"))))
+    units, _ = warm.warm_units(cases, plans.hardware(torch.device("cpu")))
+    assert {u.kernel for u in units} >= {"argmax", "argmax_partials", "argmax_merge"}
+    for unit in units:
+        recorded.clear()
+        warm.make_launch(unit, torch.device("cpu"))
+        assert recorded == [unit.key], unit.describe()
+    recorded.clear()
+    for case in cases:
+        logits = make_logits("gaussian", case.batch, case.vocab, dtype_of(case.dtype), row_pad=3)
+        variants.get(case.variant)(logits, case.topk)
+    assert set(recorded) == {u.key for u in units}
+
+
 def test_the_gpu_check_compiles_23_specialisations():
     """scenarios/gpu_check.toml's 288 Triton cases (416 launches) on a 132-SM GPU with heuristic plans
     compile 23 kernels (38 before the split counts, index offsets and merge part counts were left
-    unspecialised). A change to the plans or the sweep that moves this number is worth a look."""
+    unspecialised); with triton_argmax's cases at k 1, 33 (480 launches). A change to the plans or the
+    sweep that moves this number is worth a look."""
     cases = expand(load(ROOT / "scenarios" / "gpu_check.toml"))
     units, launches = warm.warm_units(cases, plans.Hardware(sms=132))
     kinds = {kind: sum(u.kernel == kind for u in units) for kind in ("fused", "partials", "merge")}
-    assert (len(units), launches, kinds) == (23, 416, {"fused": 8, "partials": 8, "merge": 7})
+    assert (len(units), launches, kinds) == (33, 480, {"fused": 8, "partials": 8, "merge": 7})
+    argmax = {kind: sum(u.kernel == kind for u in units) for kind in ("argmax", "argmax_partials")}
+    assert argmax == {"argmax": 4, "argmax_partials": 4}  # triton_argmax at k 1, and 2 argmax_merge
 
 
 def test_tune_adds_every_candidate_plan():
@@ -192,7 +213,7 @@ def test_bad_input_is_one_message(tmp_path, capsys):
     assert err.startswith("warm: ") and len(err.strip().splitlines()) == 1
     with pytest.raises(SystemExit) as exited:
         warm.main([str(tmp_path / "missing.toml"), "--jobs", "0"])
-    assert exited.value.code == 2 and "argument --jobs: must be at least 1" in capsys.readouterr().err
+    assert exited.value.code == 2 and "argument --jobs: expected an integer >= 1" in capsys.readouterr().err
     assert warm.main([]) == warm.EXIT_USAGE
     assert capsys.readouterr().err == (
         "warm: nothing to warm: give a SCENARIO, --candidates SCENARIO or --check SELECTOR\n"
@@ -299,5 +320,5 @@ def test_the_stages_compile_plans_on_the_h200():
     draft = compile_plan.draft_units(load(ROOT / "scenarios" / "draft_gpu.toml"), hw)
     check = compile_plan.battery_units(["triton_auto", "triton_fused", "triton_split"], hw, cuda, quick=True)
     counts = [len(compile_plan.distinct(s)) for s in (tune, *sweep, draft, check)]
-    assert counts == [105, 23, 10, 0, 8, 86]
+    assert counts == [105, 33, 12, 0, 8, 86]
     assert len(compile_plan.distinct(tune, *sweep, draft, check)) == TOTAL_KEYS

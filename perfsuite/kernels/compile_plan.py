@@ -11,7 +11,9 @@ stage's:
 - `battery_units`: the conformance battery (`perfsuite check`) on Triton selectors, each case's logits
   built as the battery builds them (row-strided, offset and int64-strided views included).
 Plans are each variant's `plan_for` on the hardware given, so a tuned table in `PERFSUITE_PLANS` gives
-the tuned plans. `distinct` keeps one launch per key, in the order of the sources given.
+the tuned plans; `triton_argmax`'s plans select the argmax kernels (`argmax`, `argmax_partials`,
+`argmax_merge`), whose keys do not depend on k. `distinct` keeps one launch per key, in the order of
+the sources given.
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ def plan_functions() -> dict[str, PlanFor]:
         if plan_for is not None:
             found[name] = plan_for
     return found
+
+
+def selection_of(name: str) -> plans.Selection:
+    """What the Triton variant `name` selects ("argmax" or "topk"; "topk" for any other variant)."""
+    from perfsuite.kernels import tuner
+
+    return tuner.variant_selection(name)
 
 
 def plan_units(
@@ -128,8 +137,10 @@ def candidate_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
     found: list[Warmup] = []
     for case in tuner.shapes_of(cases):
         dtype, pad = dtype_of(case.dtype), case.inputs.row_pad
-        source = f"tune V{case.vocab} B{case.batch} k{case.topk}"
-        for tunables in tuner.candidates(case.batch, case.vocab, case.topk, hw, dtype.itemsize):
+        selection = tuner.selection_of(case)
+        argmax = " argmax" if selection == "argmax" else ""
+        source = f"tune V{case.vocab} B{case.batch} k{case.topk}{argmax}"
+        for tunables in tuner.candidates(case.batch, case.vocab, case.topk, hw, dtype.itemsize, selection):
             plan = tunables.plan_for(case.batch, case.vocab, case.topk, hw, dtype.itemsize)
             where = f"{source}, {tunables.describe()}"
             found += plan_units(where, dtype, case.batch, case.vocab, case.topk, plan, case.vocab + pad, 0)
@@ -222,5 +233,5 @@ def distinct(*sources: list[Warmup]) -> list[Warmup]:
             if unit.key not in seen:
                 seen.add(unit.key)
                 kept.append(unit)
-        ordered += sorted(kept, key=lambda w: w.kernel == "merge")
+        ordered += sorted(kept, key=lambda w: w.kernel.endswith("merge"))
     return ordered

@@ -7,7 +7,7 @@ should tune is a named constant below; `choose` is the one place that turns a sh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
 
@@ -51,6 +51,9 @@ LOAD_BYTES = 16
 """Bytes of the widest global load: a tile gives every thread at least this much per step."""
 
 Kernel = Literal["fused", "split"]
+Selection = Literal["topk", "argmax"]
+"""What the kernels select: the exact top-k softmax, or the argmax (k = 1, `topk_p = 1.0`, no softmax) on
+the same plans, loads and grids."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,18 @@ class Plan:
     n_splits: int = 1  # split only: programs per row
     chunk: int = 0  # split only: columns per split program (a multiple of `block`)
     prefetch: bool = PREFETCH
+    selection: Selection = "topk"
 
     def describe(self) -> str:
-        """One line for results tables: "split 75 x 2048 cols, block 1024, 4 warps, prefetch"."""
+        """One line for results tables: "split 75 x 2048 cols, block 1024, 4 warps, prefetch" ("argmax "
+        in front for an argmax plan)."""
         grid = f"split {self.n_splits} x {self.chunk} cols" if self.kernel == "split" else "fused"
+        grid = f"argmax {grid}" if self.selection == "argmax" else grid
         return f"{grid}, block {self.block}, {self.num_warps} warps" + (", prefetch" if self.prefetch else "")
+
+    def selecting(self, selection: Selection) -> Plan:
+        """The same launch plan for the other kernels (the argmax's or the exact top-k's)."""
+        return replace(self, selection=selection)
 
 
 @dataclass(frozen=True)
@@ -146,7 +156,14 @@ def split_plan(
     return Plan("split", block, num_warps, math.ceil(vocab / chunk), chunk, prefetch)
 
 
-def choose(batch: int, vocab: int, k: int, hw: Hardware = Hardware(), element_size: int = 2) -> Plan:
+def choose(
+    batch: int,
+    vocab: int,
+    k: int,
+    hw: Hardware = Hardware(),
+    element_size: int = 2,
+    selection: Selection = "topk",
+) -> Plan:
     """The exact kernel expected to be fastest for `[batch, vocab]`, top-`k`, on `hw`, by heuristic.
 
     The fused kernel runs one program per row, so with B rows it keeps at most B SMs busy; each reads a whole
@@ -154,13 +171,18 @@ def choose(batch: int, vocab: int, k: int, hw: Hardware = Hardware(), element_si
     second launch and a small partial round trip. So: split while the batch leaves most SMs idle
     (B <= SPLIT_MAX_BATCH_FRACTION * SMs) and the row holds at least two chunks of SPLIT_MIN_CHUNK columns;
     fused otherwise. Without a GPU the crossover is a principled guess: `perfsuite tune` measures it on one
-    (`perfsuite.kernels.tuned`).
+    (`perfsuite.kernels.tuned`). `selection = "argmax"`: the same plan for the argmax kernels (k = 1).
     """
     if batch <= SPLIT_MAX_BATCH_FRACTION * hw.sms and vocab >= 2 * SPLIT_MIN_CHUNK:
-        return split_plan(batch, vocab, k, hw, element_size)
-    return fused_plan(hw, element_size)
+        return split_plan(batch, vocab, k, hw, element_size).selecting(selection)
+    return fused_plan(hw, element_size).selecting(selection)
 
 
 def partial_bytes(batch: int, n_splits: int, k: int) -> int:
     """Bytes of the split partials: fp32 max and sum-exp, k fp32 values and k int64 indices per split."""
     return batch * n_splits * (4 + 4 + k * (4 + 8))
+
+
+def argmax_partial_bytes(batch: int, n_splits: int) -> int:
+    """Bytes of the split argmax's partials: one packed int64 candidate (key, column) per split."""
+    return batch * n_splits * 8

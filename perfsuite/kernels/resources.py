@@ -171,15 +171,31 @@ BLOCK_LABEL = re.compile(r"^\s*(?:\$L__BB\d+_\d+:|\.LBB\d+_\d+:|(?://|;)\s*%bb\.
 the block belongs to ("Loop Header", "in Loop", "Parent Loop")."""
 
 
+LABEL_NAME = re.compile(r"^\s*(\$L__BB\d+_\d+|\.LBB\d+_\d+):")
+BRANCH_TARGET = re.compile(r"\b(?:bra(?:\.uni)?|s_branch|s_cbranch_\w+)\s+(\$L__BB\d+_\d+|\.LBB\d+_\d+)")
+"""A block's label and a branch's target: a branch back to a label above it closes a loop (LLVM does not
+always comment a loop of one block, e.g. `$L__BB0_2: // %.lr.ph`)."""
+
+
 def loop_code(asm: str) -> str:
-    """The lines of `asm` (PTX or AMDGCN) inside loops: the blocks LLVM's comments place in a loop."""
-    inside, kept = False, []
-    for line in asm.splitlines():
+    """The lines of `asm` (PTX or AMDGCN) inside loops: the blocks LLVM's comments place in a loop, and the
+    lines from a label to a branch back to it."""
+    lines = asm.splitlines()
+    looped = [False] * len(lines)
+    inside, labels = False, {}
+    for i, line in enumerate(lines):
         if BLOCK_LABEL.match(line):
             inside = "Loop" in line
-        elif inside:
-            kept.append(line)
-    return "\n".join(kept)
+        else:
+            looped[i] = inside
+        named = LABEL_NAME.match(line)
+        if named:
+            labels[named.group(1)] = i
+        target = BRANCH_TARGET.search(line)
+        if target and target.group(1) in labels:  # a backward branch: the lines since its label loop
+            for j in range(labels[target.group(1)] + 1, i + 1):
+                looped[j] = looped[j] or not BLOCK_LABEL.match(lines[j])
+    return "\n".join(line for line, kept in zip(lines, looped, strict=True) if kept)
 
 
 def narrowest_loop_load(asm: str, backend: str) -> int | None:
@@ -295,7 +311,7 @@ def _compile_now(key: CompileKey) -> tuple[Resources, dict[str, str]]:
     signature, constexprs, attrs = _signature(fn, scalars, dtype, constants)
     shown = ", ".join(f"{k}={v}" for k, v in constants.items())
     integers = ", ".join(f"{name}={attr or kind}" for name, kind, attr in scalars)
-    row = Resources(target_name, kernel, dtype, constants["K"], shown, num_warps, integers)
+    row = Resources(target_name, kernel, dtype, constants.get("K", 1), shown, num_warps, integers)
     try:
         compiled = triton.compile(
             ASTSource(fn, signature, constexprs=constexprs, attrs=attrs),
@@ -364,7 +380,8 @@ Shape = tuple[torch.dtype, int, int, int]
 
 def _planned(shapes: Iterable[Shape], targets: Iterable[str]) -> Iterator[tuple[str, Shape, dict, Launch]]:
     """(target, shape, row fields, launch) for every launch the report compiles: the plan `triton_auto`
-    picks on each target for each shape, over each view (`layouts`)."""
+    picks on each target for each shape, and at k = 1 also `triton_argmax`'s (the same plan on the argmax
+    kernels), over each view (`layouts`)."""
     from perfsuite.kernels import topk_softmax
 
     for target_name in targets:
@@ -372,13 +389,16 @@ def _planned(shapes: Iterable[Shape], targets: Iterable[str]) -> Iterator[tuple[
         for shape in sorted(set(shapes), key=str):
             dtype, batch, vocab, k = shape
             element_size = dtype.itemsize
-            plan = plans.choose(batch, vocab, k, target.hardware, element_size)
-            for layout in layouts(vocab, element_size):
-                fields = {"batch": batch, "vocab": vocab, "shift": layout.shift, "plan": plan.kernel}
-                # every row starts on a 16-byte boundary
-                fields["rows_aligned"] = layout.shift == 0 and vocab * element_size % 16 == 0
-                for launch in topk_softmax.plan_launches(batch, vocab, k, plan, layout):
-                    yield target_name, shape, fields, launch
+            selections: tuple[plans.Selection, ...] = ("topk", "argmax") if k == 1 else ("topk",)
+            for selection in selections:
+                plan = plans.choose(batch, vocab, k, target.hardware, element_size, selection)
+                for layout in layouts(vocab, element_size):
+                    fields = {"batch": batch, "vocab": vocab, "shift": layout.shift, "plan": plan.kernel}
+                    fields["selection"] = selection
+                    # every row starts on a 16-byte boundary
+                    fields["rows_aligned"] = layout.shift == 0 and vocab * element_size % 16 == 0
+                    for launch in topk_softmax.plan_launches(batch, vocab, k, plan, layout):
+                        yield target_name, shape, fields, launch
 
 
 def _ignore_interrupts() -> None:
@@ -423,10 +443,10 @@ def plan_resources(
     asm_dir: Path | None = None,
 ) -> pd.DataFrame:
     """One row per target, shape `(dtype, batch, vocab, k)`, view (`layouts`: `shift` 0 and
-    ODD_VIEW_SHIFT) and launch: the plan `triton_auto` picks on that target for that shape, and each of its
-    launches' resources. Launches that Triton specialises the same share one compile (`compile_ahead`
-    compiles them in parallel first). With `asm_dir`, each distinct kernel's code is written there too
-    (`write_assembly`).
+    ODD_VIEW_SHIFT) and launch: the plan `triton_auto` picks on that target for that shape (at k = 1 also
+    `triton_argmax`'s: `selection` "argmax"), and each of its launches' resources. Launches that Triton
+    specialises the same share one compile (`compile_ahead` compiles them in parallel first). With
+    `asm_dir`, each distinct kernel's code is written there too (`write_assembly`).
     """
     rows = []
     for target_name, shape, fields, launch in _planned(shapes, targets):
@@ -434,7 +454,8 @@ def plan_resources(
         rows.append({**fields, "grid": launch.grid, **asdict(found)})
         if asm_dir is not None:
             write_assembly(asm_dir, rows[-1], texts)
-    columns = ["target", "dtype", "batch", "vocab", "shift", "rows_aligned", "k", "plan", "kernel", "grid"]
+    columns = ["target", "dtype", "batch", "vocab", "shift", "rows_aligned", "k", "selection", "plan"]
+    columns += ["kernel", "grid"]
     columns += ["num_warps", "constants"]
     frame = pd.DataFrame(rows)
     rest = [c for c in frame.columns if c not in columns]

@@ -32,6 +32,12 @@ Non-finite rows (identical for fused and split, decided in the kernels):
   then finite values, then -inf; an all -inf row gives 0, 1, ..., k-1;
 - `topk_p` is NaN for the whole row when it holds a NaN or +inf (as torch's softmax) or is all -inf;
 - otherwise -inf entries that make the top-k get probability 0.
+
+Argmax (`triton_argmax`, plans with `selection = "argmax"`, k = 1 only): the same keys, loads, plans and
+grids without the softmax: one pass keeping each lane's first largest key (no exp, no sum), the lanes
+reduced to the largest key's lowest column; the split kernel writes one packed candidate per split (8
+bytes) and the merge takes their integer max. The index is the exact kernels' top-1 on every row (NaN
+first, lowest index first); `topk_p` is the constant 1.0, written by the same kernel.
 """
 
 from __future__ import annotations
@@ -44,7 +50,15 @@ import triton
 
 from perfsuite.kernels import launch_log
 from perfsuite.kernels import plan as plans
-from perfsuite.kernels.triton_code import UNSPECIALISED, _fused_kernel, _merge_kernel, _partials_kernel
+from perfsuite.kernels.triton_code import (
+    UNSPECIALISED,
+    _argmax_kernel,
+    _argmax_merge_kernel,
+    _argmax_partials_kernel,
+    _fused_kernel,
+    _merge_kernel,
+    _partials_kernel,
+)
 
 
 @dataclass(frozen=True)
@@ -85,8 +99,15 @@ class Partials:
 ALIGN_BYTES = 16
 """Width of the widest global load (128 bits): the scans' unmasked body tiles start at this alignment."""
 
-KERNELS = {"fused": _fused_kernel, "partials": _partials_kernel, "merge": _merge_kernel}
-LOGITS_KERNELS = ("fused", "partials")
+KERNELS = {
+    "fused": _fused_kernel,
+    "partials": _partials_kernel,
+    "merge": _merge_kernel,
+    "argmax": _argmax_kernel,
+    "argmax_partials": _argmax_partials_kernel,
+    "argmax_merge": _argmax_merge_kernel,
+}
+LOGITS_KERNELS = ("fused", "partials", "argmax", "argmax_partials")
 """The kernels that read the logits (their pointer's element type is the logits' dtype)."""
 
 POINTER_TYPES = {
@@ -97,6 +118,7 @@ POINTER_TYPES = {
     "val_ptr": "fp32",
     "idx_ptr": "i64",
     "out_idx_ptr": "i64",
+    "cand_ptr": "i64",
 }
 """Element type of every kernel's pointer arguments, by name ("input": the logits' dtype)."""
 
@@ -260,12 +282,57 @@ def merge_launch(
     return Launch("merge", (batch,), {"n_parts": n_parts, "part_k": part_k}, constants, num_warps)
 
 
+def argmax_launch(
+    batch: int, vocab: int, layout: RowLayout, *, block: int, num_warps: int, prefetch: bool = plans.PREFETCH
+) -> Launch:
+    """`_argmax_kernel` over `[batch, vocab]`: grid `(B,)`."""
+    scalars = {"V": vocab, "stride_row": layout.stride, "shift": layout.shift}
+    constants = {"BLOCK": _tile(block, vocab), "VEC": layout.vec, "PREFETCH": prefetch}
+    return Launch("argmax", (batch,), scalars, constants, num_warps)
+
+
+def argmax_partials_launch(
+    batch: int,
+    vocab: int,
+    layout: RowLayout,
+    *,
+    chunk: int,
+    block: int,
+    num_warps: int,
+    prefetch: bool = plans.PREFETCH,
+) -> Launch:
+    """`_argmax_partials_kernel` over `[batch, vocab]` in chunks of `chunk` columns: grid `(B, splits)`."""
+    chunk = max(1, chunk)
+    n_splits = -(-vocab // chunk)
+    scalars = {"V": vocab, "stride_row": layout.stride, "chunk": chunk, "n_splits": n_splits}
+    scalars["shift"] = layout.shift
+    constants = {"BLOCK": _tile(block, chunk), "VEC": layout.vec, "PREFETCH": prefetch}
+    return Launch("argmax_partials", (batch, n_splits), scalars, constants, num_warps)
+
+
+def argmax_merge_launch(
+    batch: int,
+    n_parts: int,
+    *,
+    part_tile: int = plans.MERGE_PART_TILE,
+    num_warps: int = plans.MERGE_NUM_WARPS,
+) -> Launch:
+    """`_argmax_merge_kernel` taking the best of `n_parts` packed candidates per row: grid `(B,)`."""
+    constants = {"PART_TILE": _tile(part_tile, n_parts)}
+    return Launch("argmax_merge", (batch,), {"n_parts": n_parts}, constants, num_warps)
+
+
 def _tunables(plan: plans.Plan) -> dict[str, int | bool]:
     return {"block": plan.block, "num_warps": plan.num_warps, "prefetch": plan.prefetch}
 
 
 def plan_launches(batch: int, vocab: int, k: int, plan: plans.Plan, layout: RowLayout) -> list[Launch]:
-    """The launches `run_plan` makes for this shape, layout and plan."""
+    """The launches `run_plan` makes for this shape, layout and plan (an argmax plan ignores k)."""
+    if plan.selection == "argmax":
+        if plan.kernel == "fused":
+            return [argmax_launch(batch, vocab, layout, **_tunables(plan))]
+        stage1 = argmax_partials_launch(batch, vocab, layout, chunk=plan.chunk, **_tunables(plan))
+        return [stage1, argmax_merge_launch(batch, stage1.grid[1])]
     if plan.kernel == "fused":
         return [fused_launch(batch, vocab, k, layout, **_tunables(plan))]
     stage1 = partials_launch(batch, vocab, k, layout, chunk=plan.chunk, **_tunables(plan))
@@ -406,8 +473,90 @@ def split_topk_softmax(
     return merge_partials(partials, k)
 
 
+def fused_argmax(
+    logits: torch.Tensor,
+    *,
+    block: int | None = None,
+    num_warps: int = plans.FUSED_NUM_WARPS,
+    prefetch: bool = plans.PREFETCH,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(topk_p = 1.0 [B, 1], topk_index [B, 1])`: the first maximum of each row, one program per row, one
+    pass over the logits; `block` defaults to the fused plan's for this device and dtype."""
+    _check(logits, 1)
+    batch, vocab = logits.shape
+    topk_p, topk_index = _outputs(batch, 1, logits.device)
+    if batch > 0:
+        hw, size = plans.hardware(logits.device), logits.element_size()
+        block = block or plans.fused_plan(hw, size, num_warps=num_warps).block
+        layout = RowLayout.of(logits)
+        launch = argmax_launch(batch, vocab, layout, block=block, num_warps=num_warps, prefetch=prefetch)
+        with _device_guard(logits):
+            launch(aligned_base(logits, layout), topk_p, topk_index)
+    return topk_p, topk_index
+
+
+def argmax_partials(
+    logits: torch.Tensor,
+    *,
+    chunk: int | None = None,
+    block: int | None = None,
+    num_warps: int | None = None,
+    prefetch: bool | None = None,
+) -> torch.Tensor:
+    """Stage 1 of the split argmax: `[B, S]` int64 packed candidates (`triton_code._pack`: order key, then
+    the lowest column), one program per (row, chunk); what is not given comes from the split plan."""
+    _check(logits, 1)
+    batch, vocab = logits.shape
+    plan = plans.split_plan(batch, vocab, 1, plans.hardware(logits.device), logits.element_size())
+    layout = RowLayout.of(logits)
+    launch = argmax_partials_launch(
+        batch,
+        vocab,
+        layout,
+        chunk=chunk or plan.chunk,
+        block=block or plan.block,
+        num_warps=num_warps or plan.num_warps,
+        prefetch=plan.prefetch if prefetch is None else prefetch,
+    )
+    candidates = torch.empty(launch.grid, dtype=torch.int64, device=logits.device)
+    if batch > 0:
+        with _device_guard(logits):
+            launch(aligned_base(logits, layout), candidates)
+    return candidates
+
+
+def merge_argmax(candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 2: `(topk_p = 1.0, topk_index)` `[B, 1]` from `[B, S]` packed candidates (grid `(B,)`)."""
+    candidates = candidates.contiguous()
+    batch, n_parts = candidates.shape
+    topk_p, topk_index = _outputs(batch, 1, candidates.device)
+    if batch > 0:
+        with _device_guard(candidates):
+            argmax_merge_launch(batch, n_parts)(candidates, topk_p, topk_index)
+    return topk_p, topk_index
+
+
+def split_argmax(
+    logits: torch.Tensor,
+    *,
+    chunk: int | None = None,
+    block: int | None = None,
+    num_warps: int | None = None,
+    prefetch: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split argmax: `argmax_partials` over (row, chunk), then `merge_argmax`."""
+    tunables = {"block": block, "num_warps": num_warps, "prefetch": prefetch}
+    return merge_argmax(argmax_partials(logits, chunk=chunk, **tunables))
+
+
 def run_plan(logits: torch.Tensor, k: int, plan: plans.Plan) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch the kernel a plan names with its tunables."""
+    """Launch the kernel a plan names with its tunables (an argmax plan: k must be 1)."""
+    if plan.selection == "argmax":
+        if k != 1:
+            raise ValueError(f"the argmax kernels select k = 1, got {k}")
+        if plan.kernel == "fused":
+            return fused_argmax(logits, **_tunables(plan))
+        return split_argmax(logits, chunk=plan.chunk, **_tunables(plan))
     if plan.kernel == "fused":
         return fused_topk_softmax(logits, k, **_tunables(plan))
     return split_topk_softmax(logits, k, chunk=plan.chunk, **_tunables(plan))

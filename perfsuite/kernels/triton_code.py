@@ -1,6 +1,8 @@
 """The Triton device code of the exact top-k softmax kernels: the order keys, the running top-k, the aligned
-scans and the three kernels (`_fused_kernel`, `_partials_kernel`, `_merge_kernel`). The launch code (plans to
-grids, tensors to arguments) is `perfsuite.kernels.topk_softmax`, whose docstring explains the algorithm."""
+scans and the three kernels (`_fused_kernel`, `_partials_kernel`, `_merge_kernel`), and the argmax kernels on
+the same keys and scans (`_argmax_kernel`, `_argmax_partials_kernel`, `_argmax_merge_kernel`). The launch code
+(plans to grids, tensors to arguments) is `perfsuite.kernels.topk_softmax`, whose docstring explains the
+algorithm."""
 
 from __future__ import annotations
 
@@ -14,7 +16,14 @@ _EMPTY_KEY = tl.constexpr(-(2**31))
 _EMPTY = tl.constexpr(-(2**63))
 """Packed candidate of an empty slot: below every real candidate."""
 
-UNSPECIALISED = {"fused": (), "partials": ("n_splits", "index_offset"), "merge": ("n_parts", "part_k")}
+UNSPECIALISED = {
+    "fused": (),
+    "partials": ("n_splits", "index_offset"),
+    "merge": ("n_parts", "part_k"),
+    "argmax": (),
+    "argmax_partials": ("n_splits",),
+    "argmax_merge": ("n_parts",),
+}
 """Integer arguments of each kernel that Triton does not specialise on their value (`do_not_specialize`)."""
 
 
@@ -307,3 +316,119 @@ def _merge_kernel(
             run = _insert(run, packed, slots, K)
             kth = _kth(run, slots, K)
     _write_topk(run, m, total, p_ptr + row_offset(row, K), out_idx_ptr + row_offset(row, K), slots, K)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Argmax: the same order keys and aligned loads, one pass, no exp and no sum
+# --------------------------------------------------------------------------------------------------------
+
+_NO_COL = tl.constexpr(0x7FFFFFFF)
+"""Column of a lane that has seen no column yet: above every real one (V < 2^31)."""
+
+
+@triton.jit
+def _argmax_fold(key, cols, best_key, best_col):
+    """Per lane: keep the larger key; on equal keys the earlier column (tiles come in column order)."""
+    better = key > best_key
+    return tl.where(better, key, best_key), tl.where(better, cols.to(tl.int32), best_col)
+
+
+@triton.jit
+def _argmax_scan(
+    base_ptr,
+    row_start,
+    col_start,
+    col_end,
+    BLOCK: tl.constexpr,
+    VEC: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    """(key, column) of the first maximum of columns [col_start, col_end) (non-empty) of the row at
+    `base_ptr + row_start`, in the keys' order: NaN above +inf, then finite values, then -inf.
+
+    The loads are `_scan`'s: a masked head to the first 16-byte boundary, unmasked aligned BLOCK tiles,
+    a masked tail (masked lanes hold _EMPTY_KEY, below every real key, so they never win). Each lane keeps
+    its best key and column; the lanes are reduced once at the end: the largest key, its lowest column.
+    """
+    lanes = tl.arange(0, BLOCK)
+    aligned = first_aligned(row_start % VEC, col_start, col_end, VEC)
+    head = col_start + tl.arange(0, VEC)
+    _, head_key = _load_masked(base_ptr, row_start, head, aligned)
+    top = tl.max(head_key, axis=0)
+    first = tl.min(tl.where(head_key == top, head.to(tl.int32), _NO_COL), axis=0)
+    best_key = tl.where(lanes == 0, top, _EMPTY_KEY)
+    best_col = tl.where(lanes == 0, first, _NO_COL)
+    body_end = aligned + (col_end - aligned) // BLOCK * BLOCK
+    if PREFETCH:
+        ahead = _load_aligned(base_ptr, row_start, aligned, body_end, lanes, VEC, BLOCK)
+        for start in range(aligned, body_end, BLOCK):
+            xb = ahead.to(tl.float32)
+            ahead = _load_aligned(base_ptr, row_start, start + BLOCK, body_end, lanes, VEC, BLOCK)
+            best_key, best_col = _argmax_fold(_order_key(xb), start + lanes, best_key, best_col)
+    else:
+        for start in range(aligned, body_end, BLOCK):
+            xb = _load_aligned(base_ptr, row_start, start, body_end, lanes, VEC, BLOCK).to(tl.float32)
+            best_key, best_col = _argmax_fold(_order_key(xb), start + lanes, best_key, best_col)
+    tail = body_end + lanes
+    _, tail_key = _load_masked(base_ptr, row_start, tail, col_end)
+    best_key, best_col = _argmax_fold(tail_key, tail, best_key, best_col)
+    top = tl.max(best_key, axis=0)
+    return top, tl.min(tl.where(best_key == top, best_col, _NO_COL), axis=0)
+
+
+@triton.jit
+def _argmax_kernel(
+    base_ptr,
+    p_ptr,
+    idx_ptr,
+    V,
+    stride_row,
+    shift,
+    BLOCK: tl.constexpr,
+    VEC: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    """Program `row`: the first maximum of the whole row, and `topk_p = 1.0`."""
+    row = tl.program_id(0)
+    _, col = _argmax_scan(base_ptr, _row_start(row, stride_row, shift), 0, V, BLOCK, VEC, PREFETCH)
+    tl.store(idx_ptr + row, col.to(tl.int64))
+    tl.store(p_ptr + row, tl.full([], 1.0, tl.float32))
+
+
+@triton.jit(do_not_specialize=UNSPECIALISED["argmax_partials"])
+def _argmax_partials_kernel(
+    base_ptr,
+    cand_ptr,
+    V,
+    stride_row,
+    chunk,
+    n_splits,
+    shift,
+    BLOCK: tl.constexpr,
+    VEC: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    """Program (row, split): the packed first maximum (`_pack`: key, then lowest column) of columns
+    [split * chunk, min((split + 1) * chunk, V))."""
+    row = tl.program_id(0)
+    split = tl.program_id(1)
+    start = split * chunk
+    end = tl.minimum(start + chunk, V)
+    key, col = _argmax_scan(base_ptr, _row_start(row, stride_row, shift), start, end, BLOCK, VEC, PREFETCH)
+    tl.store(cand_ptr + row_offset(row, n_splits) + split, _pack(key, col))
+
+
+@triton.jit(do_not_specialize=UNSPECIALISED["argmax_merge"])
+def _argmax_merge_kernel(cand_ptr, p_ptr, idx_ptr, n_parts, PART_TILE: tl.constexpr):
+    """Program `row`: the largest of `n_parts` packed candidates (integer max: the largest key, lowest
+    column on equal keys), its column and `topk_p = 1.0`."""
+    row = tl.program_id(0)
+    base = row_offset(row, n_parts)
+    parts = tl.arange(0, PART_TILE)
+    best = tl.full([], _EMPTY, tl.int64)
+    for start in range(0, n_parts, PART_TILE):
+        j = start + parts
+        best = tl.maximum(best, tl.max(tl.load(cand_ptr + base + j, mask=j < n_parts, other=_EMPTY), axis=0))
+    _, col = _unpack(best)
+    tl.store(idx_ptr + row, col)
+    tl.store(p_ptr + row, tl.full([], 1.0, tl.float32))

@@ -5,7 +5,8 @@ fastest exact plan's `Tunables` and its median time next to the heuristic plan's
 tuned entry nearest to a shape (same element size; distance in octaves of batch, vocab and k) and applies
 its tunables to the shape: a fused plan keeps its tile and warps, a split plan its tile, warps and waves
 (programs per SM), so the split count follows the batch and the vocabulary. Without a table for the
-device, or for a CPU, it is the heuristic `plan.choose`.
+device, or for a CPU, it is the heuristic `plan.choose`. The argmax kernels (`triton_argmax`) are tuned
+and looked up apart: their entries' tunables say `selection = "argmax"` (a table without it: the top-k's).
 
 Tables are read from `perfsuite/kernels/tuned/*.json` (committed ones) and from the files named in
 `PERFSUITE_PLANS` (os.pathsep-separated), the latter winning for the same device. They are written whole
@@ -43,24 +44,27 @@ class Tunables:
     num_warps: int
     waves: float = 0.0  # split only
     prefetch: bool = plans.PREFETCH
+    selection: plans.Selection = "topk"  # the exact top-k kernels or the argmax ones
 
     @staticmethod
     def of(plan: plans.Plan, waves: float = plans.SPLIT_WAVES) -> Tunables:
         waves = waves if plan.kernel == "split" else 0.0
-        return Tunables(plan.kernel, plan.block, plan.num_warps, waves, plan.prefetch)
+        return Tunables(plan.kernel, plan.block, plan.num_warps, waves, plan.prefetch, plan.selection)
 
     def describe(self) -> str:
-        """One line: "split, block 1024, 4 warps, 1 wave, prefetch"."""
+        """One line: "split, block 1024, 4 warps, 1 wave, prefetch" ("argmax " in front for the argmax)."""
         waves = f", {self.waves:g} waves" if self.kernel == "split" else ""
         prefetch = ", prefetch" if self.prefetch else ""
-        return f"{self.kernel}, block {self.block}, {self.num_warps} warps{waves}{prefetch}"
+        kernel = f"argmax {self.kernel}" if self.selection == "argmax" else self.kernel
+        return f"{kernel}, block {self.block}, {self.num_warps} warps{waves}{prefetch}"
 
     def plan_for(self, batch: int, vocab: int, k: int, hw: plans.Hardware, element_size: int) -> plans.Plan:
         """These tunables applied to a shape (a row too short to split runs fused)."""
         tunables = {"block": self.block, "num_warps": self.num_warps, "prefetch": self.prefetch}
         if self.kernel == "fused" or vocab < 2 * plans.SPLIT_MIN_CHUNK:
-            return plans.fused_plan(hw, element_size, **tunables)
-        return plans.split_plan(batch, vocab, k, hw, element_size, waves=self.waves, **tunables)
+            return plans.fused_plan(hw, element_size, **tunables).selecting(self.selection)
+        plan = plans.split_plan(batch, vocab, k, hw, element_size, waves=self.waves, **tunables)
+        return plan.selecting(self.selection)
 
 
 @dataclass(frozen=True)
@@ -148,10 +152,18 @@ def table_for(device: str) -> TunedTable | None:
     return _tables(os.environ.get(PLANS_ENV, "")).get(device) if device else None
 
 
-def nearest(table: TunedTable, dtype: torch.dtype, batch: int, vocab: int, k: int) -> Entry | None:
-    """The entry closest to the shape among those of the same element size (None if there are none)."""
+def nearest(
+    table: TunedTable,
+    dtype: torch.dtype,
+    batch: int,
+    vocab: int,
+    k: int,
+    selection: plans.Selection = "topk",
+) -> Entry | None:
+    """The entry closest to the shape among those of the same element size and selection (None if there
+    are none)."""
     size = dtype.itemsize
-    same = [e for e in table.entries if dtype_of(e.dtype).itemsize == size]
+    same = [e for e in table.entries if dtype_of(e.dtype).itemsize == size and e.best.selection == selection]
 
     def octaves(e: Entry) -> float:
         return sum(abs(math.log2(a / b)) for a, b in ((batch or 1, e.batch), (vocab, e.vocab), (k, e.k)))
@@ -159,22 +171,42 @@ def nearest(table: TunedTable, dtype: torch.dtype, batch: int, vocab: int, k: in
     return min(same, key=octaves, default=None)
 
 
-def best_plan(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
-    """The tuned plan for this shape on `hw` where its device has a table, else the heuristic.
+def best_plan(
+    batch: int,
+    vocab: int,
+    k: int,
+    dtype: torch.dtype,
+    hw: plans.Hardware,
+    selection: plans.Selection = "topk",
+) -> plans.Plan:
+    """The tuned plan for this shape on `hw` where its device has a table with entries of `selection`,
+    else the heuristic.
 
-    Memoised (it runs on every `triton_auto` call, ahead of the launch).
+    Memoised (it runs on every `triton_auto` / `triton_argmax` call, ahead of the launch).
     """
-    return _best_plan(batch, vocab, k, dtype, hw, os.environ.get(PLANS_ENV, ""))
+    return _best_plan(batch, vocab, k, dtype, hw, os.environ.get(PLANS_ENV, ""), selection)
+
+
+def is_tuned(device: str, selection: plans.Selection = "topk") -> bool:
+    """Whether the device's table (if any) holds entries of `selection`."""
+    table = table_for(device)
+    return table is not None and any(e.best.selection == selection for e in table.entries)
 
 
 @cache
 def _best_plan(
-    batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware, plans_env: str
+    batch: int,
+    vocab: int,
+    k: int,
+    dtype: torch.dtype,
+    hw: plans.Hardware,
+    plans_env: str,
+    selection: plans.Selection = "topk",
 ) -> plans.Plan:
     table = _tables(plans_env).get(hw.name) if hw.name else None
-    entry = nearest(table, dtype, batch, vocab, k) if table else None
+    entry = nearest(table, dtype, batch, vocab, k, selection) if table else None
     if entry is None:
-        return plans.choose(batch, vocab, k, hw, dtype.itemsize)
+        return plans.choose(batch, vocab, k, hw, dtype.itemsize, selection)
     return entry.best.plan_for(batch, vocab, k, hw, dtype.itemsize)
 
 

@@ -7,11 +7,13 @@ kernel with (4 warps, 16 or 32 bytes per thread) or (8 warps, 16 bytes) at 0.5, 
 programs per SM (and at one wave without prefetch). Each candidate is timed with the
 suite's samplers on the scenario's path (graph replay or device events) and `[timing]`, after its outputs
 passed the exact parity check against the float64 reference (a candidate that fails is recorded, never
-chosen).
+chosen). The argmax kernels (`triton_argmax`'s cases, k = 1) are tuned apart, on the same candidates with
+`selection = "argmax"`, their indices checked against the reference (`topk_p` is the constant 1.0).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
@@ -20,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from perfsuite import variants
 from perfsuite.cases.kernel import KernelCaseRunner
 from perfsuite.correctness import parity
 from perfsuite.kernels import plan as plans
@@ -40,22 +43,31 @@ MIN_GAIN = 0.03
 heuristic's p20 (outside both runs' noise): the fastest of ~30 noisy medians is otherwise a coin toss."""
 
 
-def candidates(batch: int, vocab: int, k: int, hw: plans.Hardware, element_size: int) -> list[Tunables]:
-    """The heuristic plan first, then every candidate that launches differently for this shape."""
+def candidates(
+    batch: int,
+    vocab: int,
+    k: int,
+    hw: plans.Hardware,
+    element_size: int,
+    selection: plans.Selection = "topk",
+) -> list[Tunables]:
+    """The heuristic plan first, then every candidate that launches differently for this shape (of the
+    exact top-k kernels, or of the argmax ones)."""
     from perfsuite.kernels.topk_softmax import RowLayout, plan_launches
 
-    heuristic = Tunables.of(plans.choose(batch, vocab, k, hw, element_size))
+    heuristic = Tunables.of(plans.choose(batch, vocab, k, hw, element_size, selection))
     found = [heuristic]
+    picks = {"selection": selection}
     for prefetch in (True, False):
         for warps in FUSED_WARPS:
             for per_thread in FUSED_BYTES_PER_THREAD:
                 block = per_thread // element_size * hw.warp_size * warps
-                found.append(Tunables("fused", block, warps, prefetch=prefetch))
+                found.append(Tunables("fused", block, warps, prefetch=prefetch, **picks))
     if vocab >= 2 * plans.SPLIT_MIN_CHUNK:
         for warps, per_thread in SPLIT_PROGRAMS:
             block = per_thread // element_size * hw.warp_size * warps
-            found += [Tunables("split", block, warps, waves) for waves in SPLIT_WAVES]
-            found.append(Tunables("split", block, warps, 1.0, prefetch=False))
+            found += [Tunables("split", block, warps, waves, **picks) for waves in SPLIT_WAVES]
+            found.append(Tunables("split", block, warps, 1.0, prefetch=False, **picks))
     layout = RowLayout.contiguous(vocab, element_size)
     distinct: dict[tuple, Tunables] = {}  # by what is launched (tiles shrink to short rows)
     for tunables in found:
@@ -94,8 +106,9 @@ def time_candidate(case: Case, tunables: Tunables, inputs: KernelCaseRunner, hw:
             case.path, lambda x, k: topk_softmax.run_plan(x, k, plan), logits, case.topk
         )
         ref, _ = inputs.truth(case)
-        check = parity.check("exact", *prepared.run(), ref)
-        if check.verdict != "pass":
+        argmax = plan.selection == "argmax"  # judged on its indices: topk_p is the constant 1.0
+        check = parity.check("inexact" if argmax else "exact", *prepared.run(), ref)
+        if check.verdict != "pass" and not (argmax and check.verdict == "inexact"):
             return replace(timed, verdict=check.verdict, reason=check.problem)
         samples = timing.measure(timing.sampler_for(prepared, inputs.info, case.timing), case.timing)
     except Exception as exc:  # a candidate that cannot launch (resources, capture) is a finding
@@ -120,11 +133,26 @@ def best_of(timed: list[Timed]) -> Timed | None:
     return best if clear else heuristic
 
 
+def variant_selection(name: str) -> plans.Selection:
+    """What the built-in Triton variant `name` selects ("argmax" or "topk"; "topk" for any other)."""
+    if name not in variants.names():
+        return "topk"
+    plan_for = getattr(inspect.getmodule(variants.get(name).select), "plan_for", None)
+    return "topk" if plan_for is None else plan_for(1, 1, 1, torch.float32, plans.Hardware()).selection
+
+
+def selection_of(case: Case) -> plans.Selection:
+    """What a case's kernels select: "argmax" for an argmax Triton variant's case, else "topk"."""
+    return variant_selection(case.variant)
+
+
 def shapes_of(cases: Iterable[Case]) -> list[Case]:
-    """One case per (dtype, batch, vocab, k, path), whatever its variant: the shapes to tune."""
+    """One case per (dtype, batch, vocab, k, path, selection), whatever else its variant: the shapes to
+    tune (an argmax variant's case tunes the argmax kernels, every other the exact top-k)."""
     distinct: dict[tuple, Case] = {}
     for case in cases:
-        distinct.setdefault((case.dtype, case.batch, case.vocab, case.topk, case.path), case)
+        key = (case.dtype, case.batch, case.vocab, case.topk, case.path, selection_of(case))
+        distinct.setdefault(key, case)
     return list(distinct.values())
 
 
@@ -156,9 +184,10 @@ def tune(
     outcome = TuneOutcome([], TunedTable(hw.name or info.name, hw.sms, hw.warp_size, versions, path))
     for case in shapes:
         element_size = dtype_of(case.dtype).itemsize
+        selection = selection_of(case)
         timed = [
             time_candidate(case, t, inputs, hw)
-            for t in candidates(case.batch, case.vocab, case.topk, hw, element_size)
+            for t in candidates(case.batch, case.vocab, case.topk, hw, element_size, selection)
         ]
         shape = {"dtype": case.dtype, "batch": case.batch, "vocab": case.vocab, "k": case.topk}
         for rank, t in enumerate(timed):

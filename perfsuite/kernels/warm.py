@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from perfsuite import kernels
-from perfsuite.console import first_line, interruptible
+from perfsuite.console import first_line, interruptible, number_at_least
 from perfsuite.kernels import compile_plan, launch_log
 from perfsuite.kernels import plan as plans
 from perfsuite.scenario.inputs import dtype_of
@@ -86,6 +86,9 @@ def make_launch(unit: Warmup, device: torch.device) -> None:
 
     plan, k = unit.plan, unit.k
     tunables = {"block": plan.block, "num_warps": plan.num_warps, "prefetch": plan.prefetch}
+    if unit.kernel == "argmax_merge":
+        topk_softmax.merge_argmax(torch.zeros(1, unit.n_parts, dtype=torch.int64, device=device))
+        return
     if unit.kernel == "merge":
         fp32 = {"dtype": torch.float32, "device": device}
         partials = topk_softmax.Partials(
@@ -100,6 +103,10 @@ def make_launch(unit: Warmup, device: torch.device) -> None:
     logits = buffer.as_strided((1, unit.vocab), (unit.stride, 1), unit.shift)
     if unit.kernel == "fused":
         topk_softmax.fused_topk_softmax(logits, k, **tunables)
+    elif unit.kernel == "argmax":
+        topk_softmax.fused_argmax(logits, **tunables)
+    elif unit.kernel == "argmax_partials":
+        topk_softmax.argmax_partials(logits, chunk=plan.chunk, **tunables)
     else:
         topk_softmax.row_partials(logits, k, chunk=plan.chunk, **tunables)
 
@@ -219,31 +226,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keys", type=Path, help="skip the keys this file lists (warmed before), add the ones warmed now"
     )
     parser.add_argument(
-        "--jobs", type=_jobs, default=os.cpu_count() or 1, help="worker processes (default: the CPUs)"
+        "--jobs",
+        type=number_at_least(1),
+        default=os.cpu_count() or 1,
+        help="worker processes (default: the CPUs)",
     )
-    parser.add_argument("--budget", type=_budget, help="stop after this many seconds (exit 124)")
-
-
-def _jobs(text: str) -> int:
-    """`--jobs`: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
-
-
-def _budget(text: str) -> float:
-    """`--budget`: a positive number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
+    parser.add_argument(
+        "--budget",
+        type=number_at_least(0, float, strict=True),
+        help="stop after this many seconds (exit 124)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ _MODULES = (
     "triton_fused",
     "triton_split",
     "triton_auto",
+    "triton_argmax",
 )
 BASELINE = "full_softmax"
 
