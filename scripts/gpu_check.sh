@@ -5,8 +5,9 @@
 # stages in a scratch folder, each under its own time budget, all under BUDGET_S (480 s: one command of at
 # most 8 minutes), then packs everything into at most 8 files directly in OUT_DIR, each under MAX_BYTES
 # (15 MiB), names of letters, digits, '.', '_', '-':
-#   summary.md   the stages (status, exit, seconds, budget), the machine, the sweep's summary table with the
-#                tuned plans, the draft loop, the battery, the tests, what was left out of the pack
+#   summary.md   the machine, the sweep's summary (opening with the cost of exactness: the exact kernel
+#                over the Triton argmax and full_softmax) with the tuned plans, the stages (status, exit,
+#                seconds, budget), the draft loop, the battery, the tests, what was left out of the pack
 #   results.csv  report.html   the sweep's rows and its report
 #   tuned.json   tune.csv      the tuned-plan table (triton_auto's plans in the sweep) and every candidate
 #   kernels.csv  draft.csv     the compile report for this GPU's architecture; the draft loop's rows
@@ -447,15 +448,15 @@ compose_summary() {
   echo
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $total s of a $BUDGET_S s budget, exit status $STATUS."
   grep -h "^torch \|^datasheet " "$WORK/logs/machine.log" 2>/dev/null | sed 's/^/    /'
+  if [ -s "$WORK/summary/summary.md" ]; then  # it opens with the cost of exactness
+    printf '\n'
+    cat "$WORK/summary/summary.md"
+  fi
   printf '\n## Stages\n\n'
   stage_table
   if [ -s "$SCRATCH/notes" ]; then
     printf '\n## Packed differently or left out (each file at most %s bytes)\n\n' "$MAX_BYTES"
     cat "$SCRATCH/notes"
-  fi
-  if [ -s "$WORK/summary/summary.md" ]; then
-    printf '\n'
-    cat "$WORK/summary/summary.md"
   fi
   [ -s "$WORK/summary/summary.md" ] || section "Sweep" "$WORK/logs/sweep.log" 12
   section "Draft loop" "$WORK/logs/draft.log" 12

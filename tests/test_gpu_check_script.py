@@ -244,8 +244,11 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
         for name, text in (("sweep", SWEEP), ("tune", TUNE), ("draft", DRAFT))
     }
     graph_sweep = on_the_gpu["sweep"]
-    Path(graph_sweep).write_text(
-        Path(graph_sweep).read_text().replace("[sweep]\n", '[sweep]\npaths = ["eager", "graph"]\n')
+    with_argmax = Path(graph_sweep).read_text().replace('"triton_auto"]', '"triton_auto", "triton_argmax"]')
+    Path(graph_sweep).write_text(  # and a k 8 shape: the cost of exactness at k = 1 and k > 1
+        with_argmax.replace("[sweep]\n", '[[sweep]]\npaths = ["eager", "graph"]\n')
+        + '[[sweep]]\nvariants = ["full_softmax", "triton_auto"]\npaths = ["graph"]\ndtypes = ["bfloat16"]\n'
+        + 'vocab = [4500]\nbatch = [2]\ntopk = [8]\nlogits = ["gaussian"]\n'
     )
     draft = Path(on_the_gpu["draft"])  # a Triton selector in the draft loop: fp32 [B, V] and [B * k, V]
     draft.write_text(draft.read_text().replace('"identity"]', '"identity", "triton_auto"]'))
@@ -286,7 +289,16 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
         checked = pd.read_csv(logs.extractfile("./check/torch.csv"))
     replayed = checked[checked["case"] == "graph_replay"]
     assert len(replayed) and set(replayed["verdict"]) == {"pass"}, replayed
-    assert "(simulated)" in (out / "summary.md").read_text()
+    text = (out / "summary.md").read_text()
+    assert "(simulated)" in text
+    # it opens with the cost of exactness, every cell present, labelled simulated
+    assert [line for line in text.splitlines() if line.startswith("## ")][0] == "## Cost of exactness"
+    exactness = text.split("## Cost of exactness")[1].split("\n## ")[0]
+    assert "Simulated: NVIDIA H200 (simulated)" in exactness
+    for title, columns in (("k = 1", 13), ("k > 1", 10)):
+        table = [line for line in exactness.split(f"### {title}")[1].splitlines() if line.startswith("| ")]
+        assert len(table) >= 2 and all(len(line.split("|")) == columns + 2 for line in table), table
+        assert all(cell.strip() for line in table for cell in line.split("|")[1:-1]), table
     assert_every_launch_was_warmed_first(launch_log.read(launches), list(stages))
 
 

@@ -1,5 +1,6 @@
 """The in-turn reference (issue 24): a copy of each case's logits sampled in the same rounds as its variants,
-and `compare` judging every variant, full_softmax included, by its time over it. The mechanism of the
+and `compare` taking the machine's drift it saw (as far as the run's cases agree) out of every variant,
+full_softmax included. The mechanism of the
 issue's pair 1 (the machine about 5 % slower in the second run, full_softmax moving as a whole) is rebuilt
 from synthetic rows and samples, without timing anything; one tiny real CPU run checks the columns and the
 samples log."""
@@ -18,6 +19,7 @@ from test_run import run
 
 from perfsuite import cli
 from perfsuite.cases import protocol
+from perfsuite.compare import run_noise
 from perfsuite.compare.match import REF_SECONDS, SECONDS, compare, drift_line, load_side, text_table
 from perfsuite.measure import timing
 from perfsuite.results.read import load_samples
@@ -32,17 +34,22 @@ ROUNDS = 25
 
 
 def sampled_run(
-    seed: int, machine: float, slower: dict[str, float] | None = None, run_label: str = "run-a"
+    seed: int,
+    machine: float,
+    slower: dict[str, float] | None = None,
+    run_label: str = "run-a",
+    reference: float = 1.0,
 ) -> list[tuple[dict, np.ndarray, np.ndarray]]:
     """One run's rows with their samples and the reference's: each shape's variants and reference sampled
     in the same rounds, every round's figures moved by one machine factor (2 % round to round), each
-    sample by its own 1 %; `machine` scales the whole run, `slower` some variants' code."""
+    sample by its own 1 %; `machine` scales the whole run, `slower` some variants' code, `reference` the
+    reference alone (a copy that answers the machine's load unlike the selectors)."""
     rng = np.random.default_rng(seed)
     out = []
     for shape in range(SHAPES):
         vocab, size = 1000 + shape, 1 + shape / 10
         rounds = machine * rng.lognormal(0.0, 0.02, ROUNDS)
-        ref = REF_US * 1e-6 * size * rounds * rng.lognormal(0.0, 0.01, ROUNDS)
+        ref = reference * REF_US * 1e-6 * size * rounds * rng.lognormal(0.0, 0.01, ROUNDS)
         for variant, us in VARIANTS.items():
             factor = (slower or {}).get(variant, 1.0)
             own = us * 1e-6 * size * factor * rounds * rng.lognormal(0.0, 0.01, ROUNDS)
@@ -243,3 +250,32 @@ def test_a_tiny_cpu_run_carries_the_reference_columns_and_samples(tmp_path, caps
     assert cli.main(["compare", str(out), str(out), "--fail-on", "5%"]) == 0
     printed = capsys.readouterr().out
     assert "sampled in turn): new/base median 1.000×" in printed and "without the reference" not in printed
+
+
+def test_the_machine_drift_is_what_the_reference_and_the_run_agree_on():
+    drift = run_noise.machine_drift
+    assert drift(math.log(1.05), math.log(1.04)) == pytest.approx(math.log(1.04))  # agree: the smaller
+    assert drift(math.log(1.03), math.log(1.06)) == pytest.approx(math.log(1.03))
+    assert drift(math.log(0.93), math.log(1.02)) == 0.0  # disagree: nothing taken out
+    assert drift(math.nan, math.log(1.2)) == 0.0  # no reference: nothing
+
+
+def test_a_reference_that_drifts_alone_flags_nothing():
+    """Pair 1 measured here: the copy ran 0.935x in the second run while the selectors ran 0.98x. A copy
+    answering the load unlike the selectors must not make every variant look slower."""
+    base = frame(sampled_run(1, 1.0))
+    new = frame(sampled_run(2, 0.98, run_label="run-b", reference=0.935 / 0.98))
+    result = compare(base, new, 0.05)
+    assert result.ref_drift == pytest.approx(0.935, abs=0.01) and result.failures.empty
+    assert set(result.table["outcome"]) <= {"same", "noisy"}
+
+
+def test_every_variant_slower_is_still_caught_where_the_reference_is_not():
+    """A change that slows every variant's code (a torch upgrade) but not a plain copy is a regression:
+    the whole run moved, the reference did not, so nothing is taken out."""
+    base = frame(sampled_run(1, 1.0))
+    everything = {variant: 1.2 for variant in VARIANTS}
+    new = frame(sampled_run(2, 1.0, everything, run_label="run-b"))
+    result = compare(base, new, 0.05)
+    flagged = result.table[result.table["outcome"] == "slower"]
+    assert len(flagged) >= 0.9 * len(result.table), result.counts()

@@ -240,3 +240,53 @@ def test_rates_above_the_measured_copy_bandwidth_are_a_warning():
     flagged = over.assign(above_copy=[True, False], pct_copy=[130.0, 130.0])  # the column wins where set
     assert "1 of 2 measured cases move more bytes" in summary.summary_markdown(flagged)
     assert "above_copy" not in summary.summary_markdown(to_frame(rows(64, 151936, {"identity": 40.0})))
+
+
+def exactness_frame(device: str = "NVIDIA H200 (simulated)") -> pd.DataFrame:
+    """k 1 and k 8 shapes with the exact Triton kernel, the Triton argmax (k 1) and full_softmax."""
+    made = []
+    for topk, times in (
+        (1, {"triton_auto": 12.0, "triton_argmax": 10.0, "full_softmax": 30.0}),
+        (8, {"triton_auto": 15.0, "full_softmax": 45.0}),
+    ):
+        for row in rows(1, 151936, times):
+            made.append({**row, "device": device, "topk": topk, "bytes_model": 1000.0 * row["median_us"]})
+    made.append({**made[0], "variant": "triton_auto", "logits": "zipf", "median_us": 14.0})  # a second kind
+    return to_frame(made)
+
+
+def test_cost_of_exactness_per_shape_with_the_bytes_each_moves():
+    one, several = summary.cost_of_exactness(exactness_frame())
+    assert list(one.columns) == [
+        "path",
+        "dtype",
+        "vocab",
+        "batch",
+        "topk",
+        "exact us",
+        "argmax us",
+        "full_softmax us",
+        "exact/argmax",
+        "exact/full_softmax",
+        "exact bytes",
+        "argmax bytes",
+        "full_softmax bytes",
+    ]
+    (row,) = one.to_dict("records")
+    assert row["exact us"] == 13.0  # the median over the logits kinds
+    assert abs(row["exact/argmax"] - 1.3) < 1e-9 and abs(row["exact/full_softmax"] - 13 / 30) < 1e-9
+    assert (row["argmax bytes"], row["full_softmax bytes"]) == (10000.0, 30000.0)
+    (big,) = several.to_dict("records")  # k > 1: against softmax + topk only
+    assert "exact/argmax" not in several and abs(big["exact/full_softmax"] - 1 / 3) < 1e-9
+    assert not one.isna().any().any() and not several.isna().any().any()  # every cell measured
+
+
+def test_the_summary_opens_with_the_cost_of_exactness_labelled_simulated():
+    text = summary.summary_markdown(exactness_frame())
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Cost of exactness"
+    part = text.split("## Cost of exactness")[1].split("\n## ")[0]
+    assert "Simulated: NVIDIA H200 (simulated)" in part and "### k = 1" in part and "### k > 1" in part
+    assert "| exact us | argmax us | full_softmax us | exact/argmax | exact/full_softmax |" in part
+    cpu = summary.summary_markdown(exactness_frame("AMD EPYC").query("variant == 'full_softmax'"))
+    assert "no shape has triton_auto beside triton_argmax" in cpu and "Simulated" not in cpu

@@ -4,32 +4,34 @@ Matching: two rows are the same case when `schema.CASE_KEYS` (variant, path, dty
 logits, l2, tp) and the device name are equal (`ignore_device` drops the device, to compare two machines).
 A side holding one case several times keeps its last row (`duplicates` counts the others).
 
-The judged change: where both runs sampled the in-turn reference with the case (a copy of its logits,
-`cases.kernel.KernelCaseRunner.prepare_reference`; the row's `vs_ref`, its time over the reference's, round
-by round), the change is anchored: new vs_ref / base vs_ref (`anchored_ratio`), so a machine that is slower
-in one run moves the case and the reference alike and cancels; the baseline variant gets the same
-treatment. The absolute ratio (new median / base median) stays beside it. Rows without the reference in
-both runs (results from before it, tensor-parallel rows) keep the rule as it was: the plain ratio, anchored
-to the shape's baseline in the run-to-run floor; `drift_line` says how many.
+The judged change of a case is its ratio, new median / base median, less the machine's drift between the
+runs (`judged_ratio`; `run_noise.machine_drift`: one figure per run, what the in-turn reference's median
+shift and the whole run's agree on). The in-turn reference is a copy of the case's logits sampled with
+every group (`cases.kernel.KernelCaseRunner.prepare_reference`; the row's `vs_ref`): a machine that is
+slower in one run moves it and the run's cases alike, and that is not a regression of any variant, the
+baseline included. The anchored ratio (new vs_ref / base
+vs_ref) is shown beside the absolute one. Rows without the reference in both runs (results from before
+it, tensor-parallel rows) keep the rule as it was (an absolute whole-variant shift); `drift_line` says how
+many.
 
 Noise rule, for a case timed in both runs, with ratio = the judged change:
 - within the threshold (1 / (1 + threshold) <= ratio <= 1 + threshold): `same`;
 - past it, and the base or the new row is `unstable` (p20-p80 spread above `timing.UNSTABLE_SPREAD` of its
   median; derived from p20/p80 where a file has no `unstable` column): `noisy`, never slower nor faster;
-- past it, both runs' raw samples at hand (`samples.jsonl` beside the results; anchored: the per-round
-  ratios of the case's samples to the reference's) and enough of them for the test to reach
+- past it, both runs' raw samples at hand (`samples.jsonl` beside the results) and enough of them for the
+  test to reach
   `rank_sum.ALPHA`: `slower` (`faster`) when the two-sided Mann-Whitney U test gives p < ALPHA and the new
   samples rank above (below) the base ones, else `noisy`;
-- past it, without usable samples but with p20/p80 on both rows (anchored: of vs_ref): `slower` when the
+- past it, without usable samples but with p20/p80 on both rows: `slower` when the
   new p20 is above the base p80 (the middle 60 % of the two runs' samples do not overlap), `faster`
   mirrored, else `noisy`;
 - past it, without samples nor p20/p80: the medians alone decide.
-Run-to-run noise: a slower (faster) case must also clear the floor of `run_noise`: its change (against the
-reference; without it, anchored to the baseline of its shape) beyond `run_noise.NOISE_SIGMAS` times its
-variant's run-to-run noise in this comparison, or its whole variant shifted beyond the reference's own
-shift by more than the threshold; else it is `noisy`.
+Run-to-run noise: a slower (faster) case must also clear the floor of `run_noise`: its change (anchored
+to the baseline of its shape) beyond `run_noise.NOISE_SIGMAS` times its variant's run-to-run noise in this
+comparison, or its whole variant shifted beyond the reference's own shift by more than the threshold;
+else it is `noisy`.
 `drift_line` states the median absolute ratio over every timed case and the reference's own shift (the
-machine's drift between the runs, which the anchored verdicts take out).
+machine's drift between the runs, which every whole-variant shift has taken out).
 Parity: a verdict that got worse (pass < inexact < fail) is a regression whatever the time, and so is a case
 that ran in the base and errors in the new run. Inputs: anything `results.read.load_results` reads
 (the suite's csv/json/jsonl, a run folder, pytest-benchmark JSON whose entries carry a result row), or a plain
@@ -249,9 +251,9 @@ class Comparison:
     Besides each side's figures (`base_spread`, `new_unstable`, `base_other_cores`, `base_vs_ref`, ...) a
     row holds: `ratio` (new / base median, the absolute change), `ref_ratio` (the reference's own new /
     base median), `anchored_ratio` (new vs_ref / base vs_ref), `by_reference` (both runs have the
-    reference: the anchored figures are judged), `judged_ratio` (the one judged), `band_low`/`band_high`
-    (new p20 / base p80, new p80 / base p20; of vs_ref where anchored), `p_value` (the rank test, where
-    both sides have raw samples; anchored: on the per-round ratios to the reference), `new_larger` (the
+    reference: its shift is taken out of each whole-variant shift), `judged_ratio` (the one judged: the
+    absolute ratio), `band_low`/`band_high` (new p20 / base p80, new p80 / base p20), `p_value` (the rank
+    test, where both sides have raw samples), `new_larger` (the
     share of sample pairs where the new one is slower), `base_raw_samples`/`new_raw_samples` (the counts
     behind the test), `rule` (which of `RULES` judged the case) and `outcome` (one of `ORDER`)."""
 
@@ -301,6 +303,12 @@ class Comparison:
         return timed[timed["by_reference"].astype(bool)] if "by_reference" in timed else timed.iloc[0:0]
 
     @property
+    def machine_drift(self) -> float:
+        """The machine's drift taken out of the anchored cases (`run_noise.machine_drift`), as a ratio."""
+        drift = self.anchored["machine_drift"].dropna() if "machine_drift" in self.anchored else []
+        return float(np.exp(drift.median())) if len(drift) else 1.0
+
+    @property
     def ref_drift(self) -> float:
         """The median of the reference's own new / base ratio over the anchored cases (NaN: none): the
         machine's drift between the runs as a fixed workload sampled with every case saw it."""
@@ -348,27 +356,14 @@ def _rule(row: pd.Series) -> str:
     return "medians"
 
 
-def _per_round(own: object, ref: object) -> tuple[float, ...] | None:
-    """A row's samples over its reference's, round by round (None without both, or unpaired)."""
-    own, ref = _samples_or_none(own), _samples_or_none(ref)
-    if not own or not ref or len(own) != len(ref):
-        return None
-    return tuple(a / b for a, b in zip(own, ref, strict=True) if b > 0) or None
-
-
 def _judged_samples(table: pd.DataFrame, side: str) -> list[tuple[float, ...] | None]:
-    """Each row's samples as judged: its per-round ratios to the reference where anchored, else its own."""
-    return [
-        _per_round(own, ref) if anchored else _samples_or_none(own)
-        for own, ref, anchored in zip(
-            table[f"{side}_{SECONDS}"], table[f"{side}_{REF_SECONDS}"], table["by_reference"], strict=True
-        )
-    ]
+    """Each row's own raw samples (the rank test judges the absolute change of a case)."""
+    return [_samples_or_none(own) for own in table[f"{side}_{SECONDS}"]]
 
 
 def _rank_tests(table: pd.DataFrame) -> pd.DataFrame:
-    """p_value and new_larger (`rank_sum.RankTest`) where both rows carry raw samples (anchored rows: their
-    per-round ratios to the reference), else NaN; and the sample counts behind them."""
+    """p_value and new_larger (`rank_sum.RankTest`) where both rows carry raw samples, else NaN; and the
+    sample counts behind them."""
     out = pd.DataFrame(
         math.nan, index=table.index, columns=["p_value", "new_larger", "base_raw_samples", "new_raw_samples"]
     )
@@ -425,23 +420,21 @@ def compare(
     table["anchored_ratio"] = table["new_vs_ref"] / table["base_vs_ref"]
     ok = (table["base_status"] == "ok") & (table["new_status"] == "ok")
     table["by_reference"] = ok & np.isfinite(table["anchored_ratio"]) & (table["anchored_ratio"] > 0)
-    anchored = table["by_reference"]
-    table["judged_ratio"] = table["anchored_ratio"].where(anchored, table["ratio"])
-    table["band_low"] = (table["new_vs_ref_p20"] / table["base_vs_ref_p80"]).where(
-        anchored, table["new_p20_us"] / table["base_p80_us"]
-    )
-    table["band_high"] = (table["new_vs_ref_p80"] / table["base_vs_ref_p20"]).where(
-        anchored, table["new_p80_us"] / table["base_p20_us"]
-    )
+    if len(table):  # the machine's drift first: every case's change is judged less it
+        shape = [k for k in keys if k != "variant"]
+        table = pd.concat([table, run_noise.judge(table, _timed_mask(table), shape, BASELINES)], axis=1)
+    else:
+        table["machine_drift"] = 0.0
+    machine = np.exp(table["machine_drift"].astype(float))
+    table["judged_ratio"] = table["ratio"] / machine  # one figure per run, not a per-case reference
+    table["band_low"] = table["new_p20_us"] / table["base_p80_us"] / machine
+    table["band_high"] = table["new_p80_us"] / table["base_p20_us"] / machine
     table["bytes_measured_ratio"] = table["new_bytes_measured"] / table["base_bytes_measured"]
     table["bytes_model_ratio"] = table["new_bytes_model"] / table["base_bytes_model"]
     table = pd.concat([table, _rank_tests(table)], axis=1)
     table = table.drop(columns=[f"{side}_{c}" for side in ("base", "new") for c in (SECONDS, REF_SECONDS)])
     records = [r for _, r in table.iterrows()]
     table["rule"] = [_rule(r) if not math.isnan(r["ratio"]) else "" for r in records]
-    if len(table):
-        shape = [k for k in keys if k != "variant"]
-        table = pd.concat([table, run_noise.judge(table, _timed_mask(table), shape, BASELINES)], axis=1)
     table["outcome"] = [_outcome(r, threshold) for _, r in table.iterrows()] if len(table) else []
     rank = {o: i for i, o in enumerate(ORDER)}
     table = table.sort_values(
@@ -482,9 +475,9 @@ def bytes_ratio(row: pd.Series) -> str:
 
 
 def rule_text(threshold: float, floor: bool = False, reference: bool = False) -> str:
-    """The noise rule in one clause, for the summary line (`reference`: cases judged against it)."""
+    """The noise rule in one clause, for the summary line (`reference`: shifts taken against it)."""
     floor = f" and beyond {run_noise.NOISE_SIGMAS:g}x its run-to-run noise" if floor else ""
-    against = " (its time over the in-turn reference's, where both runs have it)" if reference else ""
+    against = " (a whole variant's shift beyond the in-turn reference's)" if reference else ""
     return (
         f"rule: slower/faster past {100 * threshold:.3g} %{against}{floor} when the rank test on raw samples "
         f"gives p < {ALPHA:g} (without samples: new p20 above base p80); unstable cases are noisy"
@@ -520,14 +513,15 @@ def reference_text(comparison: Comparison) -> str:
         )
         parts.append(
             f"reference (a copy of each case's logits, sampled in turn): new/base median "
-            f"{_ratio_text(comparison.ref_drift)}{spread} over {len(anchored)} cases, the machine's drift; "
-            "each of them judged by its time over the reference's, the absolute ratio shown beside"
+            f"{_ratio_text(comparison.ref_drift)}{spread} over {len(anchored)} cases; the machine's drift "
+            f"taken out of every case: {_ratio_text(comparison.machine_drift)} (what the reference and the "
+            "whole run agree on)"
         )
     if without:
         which = "none of the" if not len(anchored) else f"{without} of the {len(timed)}"
         parts.append(
             f"{which} timed cases without the reference in both runs (results from before it): judged by "
-            "the earlier rule (the ratio of medians; variants anchored to full_softmax, full_softmax as is)"
+            "the earlier rule (a variant's whole shift absolute, not less the machine's drift)"
         )
     return "; ".join(parts)
 
@@ -535,8 +529,8 @@ def reference_text(comparison: Comparison) -> str:
 def drift_line(comparison: Comparison) -> str:
     """The machine-wide picture: the median new / base ratio over every timed case, how many rows are
     unstable on each side, how busy other processes kept the machine and what the in-turn reference saw
-    (`reference_text`). The absolute median is said, not subtracted; the cases judged against the
-    reference have the machine's drift taken out by it."""
+    (`reference_text`). The absolute median is said, not subtracted; the reference's shift is taken out
+    of every whole-variant shift."""
     timed = comparison.timed
     if timed.empty:
         return "all cases: none timed in both runs"
@@ -564,8 +558,8 @@ def drift_line(comparison: Comparison) -> str:
         )
     elif moved:
         line += (
-            "; most cases moved together: where the reference moved with them the machine did, and the "
-            "verdicts against it take that out"
+            "; most cases moved together: where the reference moved with them the machine did, and each "
+            "variant's shift has the reference's taken out"
         )
     return line
 
@@ -637,12 +631,12 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
         )
     if out["vs ref"].ne("").any():
         legend += (
-            "\nratio: new / base median (absolute); vs ref: new / base of the case's time over the in-turn "
-            "reference's (a copy of its logits, the same rounds): what is judged"
+            "\nratio: new / base median (what is judged); vs ref: new / base of the case's time over the "
+            "in-turn reference's (a copy of its logits, the same rounds), for reading: the reference's "
+            "run-wide shift is what a whole variant's shift must exceed"
         )
     else:
         out = out.drop(columns="vs ref")
     if out["p"].ne("").any():
         legend += "\np: two-sided Mann-Whitney U test on the two runs' raw samples"
-        legend += " (vs ref: on their per-round ratios to the reference)" if "vs ref" in out else ""
     return f"{out.to_string(index=False)}{tail}{legend}\n{summary_line(comparison)}\n{drift_line(comparison)}"

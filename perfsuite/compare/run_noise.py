@@ -7,20 +7,23 @@ seconds moves with it. On the 2-core VM perfsuite is built on, two idle runs of 
 robust standard deviation of about 10 % per case, with heavier tails than a normal law.
 
 Three figures per matched case, from the comparison itself:
-- `judged`: where both runs sampled the in-turn reference with the case (`by_reference`), the log of the
-  anchored ratio, log(new vs_ref / base vs_ref): the machine's drift between the runs, which moves the
-  reference as it moves the case, cancels; every variant, the baseline included (`anchor` "reference").
-  Without it (results from before the reference): log(new / base), anchored to the baseline where the
-  case's shape has a baseline row in both runs: log(new / base) - log(baseline new / base) (`anchor`
-  "baseline"); the variants of a shape are sampled in turn, so the machine's slow seconds move both alike
-  and cancel. The baseline itself, and shapes without it, are judged on the plain log ratio.
+- `judged`: log(new / base), anchored to the baseline where the case's shape has a baseline row in both
+  runs: log(new / base) - log(baseline new / base) (`anchor` "baseline"); the variants of a shape are
+  sampled in turn, so the machine's slow seconds move both alike and cancel. The baseline itself, and
+  shapes without it, are judged on the log ratio less the machine's drift (`anchor` "machine drift",
+  where both runs have the in-turn reference), else on the plain log ratio.
 - `noise`: the robust standard deviation (1.4826 x MAD around the median) of `judged` over the cases of the
   same variant judged the same way (`anchor`), with `NOISE_MIN_CASES` of them, else over all timed
   cases, else 0 (no floor). Around the median, so a change of all of a variant's cases still counts.
-- `variant_shift`: the median log ratio of the variant over all its cases judged the same way, and its
-  standard error: a change of a whole variant (or of everything, as a torch upgrade) that the
-  baseline-anchored figure cancels. Against the reference it is the median anchored log ratio: the
-  variant's shift beyond the reference's own, so a uniform drift of the machine is no shift.
+- `variant_shift`: the median log ratio of the variant over all its cases, less the machine's drift where
+  both runs sampled the in-turn reference with them (`machine_drift`: what the reference's median shift
+  over the same cases and the whole run's median shift agree on), and its standard error: a change of a
+  whole variant that the baseline-anchored figure cancels, the baseline's included, while a uniform drift
+  of the machine, which moves the reference and the run alike, is no shift. Without the reference
+  (results from before it) the shift is absolute, as it was. The reference anchors the shift, not
+  each case: per case a copy of the logits is far noisier than the variants (on the 2-core VM with a
+  core busy, its per-case new / base p20-p80 was 0.74-1.07 where the variants' was 0.83-1.07), while its
+  median over a run's cases is steadier.
 
 A case clears the floor when `judged` lies beyond `NOISE_SIGMAS` x noise in the direction of its own
 change, or when its variant shifted as a whole that way by more than the threshold and `NOISE_SIGMAS`
@@ -57,36 +60,53 @@ def robust_sigma(logs: pd.Series) -> float:
 def judge(
     table: pd.DataFrame, timed: pd.Series, shape: list[str], baselines: tuple[str, ...]
 ) -> pd.DataFrame:
-    """`judged`, `anchor`, `anchored`, `noise`, `variant_shift` and `variant_se` for every row of a
+    """`machine_drift` (a log ratio, 0 without the reference), `judged`, `anchor`, `anchored`, `noise`,
+    `variant_shift` and `variant_se` for every row of a
     comparison table (columns `variant`, `ratio`, the `shape` keys and, where the runs had the reference,
     `by_reference` and `anchored_ratio`; `timed`: rows timed in both runs)."""
     out = pd.DataFrame(index=table.index)
     logs = np.log(table["ratio"].where(timed))
     by_ref = timed & (table["by_reference"].astype(bool) if "by_reference" in table else False)
-    ref_logs = np.log(table["anchored_ratio"].where(by_ref)) if "anchored_ratio" in table else logs * np.nan
     variant = table["variant"].map(str)
     shape_key = table[shape].map(str).agg("/".join, axis=1)
     is_base = variant.isin(baselines)
     base_log = logs[is_base & timed].groupby(shape_key[is_base & timed]).first()
     anchor = shape_key.map(base_log)
-    out["anchored"] = ~is_base & anchor.notna() & timed & ~by_ref  # against the baseline
-    out["anchor"] = np.where(by_ref, "reference", np.where(out["anchored"], "baseline", ""))
-    out["judged"] = ref_logs.where(by_ref, logs.where(~out["anchored"], logs - anchor))
+    out["anchored"] = ~is_base & anchor.notna() & timed  # against the baseline of its shape
+    group = variant + by_ref.map({True: " reference", False: ""})
+    drift = (np.log(table["ref_ratio"]) if "ref_ratio" in table else logs * np.nan).where(by_ref)
+    reference = drift[timed].groupby(group[timed]).median()
+    run = logs[timed & by_ref].median() if (timed & by_ref).any() else 0.0
+    machine = group.map(reference.map(lambda ref: machine_drift(ref, run))).fillna(0.0)
+    out["machine_drift"] = machine
+    out["anchor"] = np.where(out["anchored"], "baseline", np.where(machine != 0, "machine drift", ""))
+    # against the baseline (whose own change carries the machine's), else less the machine's drift
+    out["judged"] = logs.where(~out["anchored"], logs - anchor).where(out["anchored"], logs - machine)
     pooled = robust_sigma(out["judged"][timed])
     kind = variant + " " + out["anchor"]
     counts = kind[timed].value_counts()
     own = out["judged"][timed].groupby(kind[timed]).agg(robust_sigma)
     own = own[counts.reindex(own.index) >= NOISE_MIN_CASES]
     out["noise"] = kind.map(own).fillna(pooled)
-    shifts = ref_logs.where(by_ref, logs)  # against the reference: beyond the reference's own shift
-    group = variant + by_ref.map({True: " reference", False: ""})
-    per_variant = shifts[timed].groupby(group[timed])
+    # a whole variant's shift, less the machine's drift (`machine_drift`)
+    per_variant = (logs - machine)[timed].groupby(group[timed])
     out["variant_shift"] = group.map(per_variant.median())
     se = per_variant.agg(
         lambda s: robust_sigma(s) / math.sqrt(len(s)) if len(s) >= NOISE_MIN_CASES else math.inf
     )
     out["variant_se"] = group.map(se)
     return out
+
+
+def machine_drift(reference: float, run: float) -> float:
+    """The machine's drift between two runs (a log ratio) as both witnesses saw it: the in-turn
+    reference's median shift and the median shift of every case of the run. Where they agree in direction,
+    the one nearer zero; where they disagree, none; without the reference, none. A drift only the reference
+    saw (a copy of the logits answers the machine's load differently from the selectors) is not taken out
+    of the variants, nor is one only the cases saw (a change of every variant's code is still a change)."""
+    if reference is None or math.isnan(reference):
+        return 0.0
+    return float(np.median([reference, run, 0.0]))
 
 
 def beyond_noise(row: pd.Series, threshold: float) -> bool:

@@ -1,6 +1,6 @@
 """The HTML page of `perfsuite compare`: the verdict, the machine-wide drift (and what the in-turn reference
-saw), a plot of the per-case time ratios and the table (each case's absolute ratio beside the one judged
-against the reference, its rank-test p-value and the two runs' spreads).
+saw), a plot of the per-case time ratios and the table (each case's ratio, the one judged, beside its
+ratio against the in-turn reference, its rank-test p-value and the two runs' spreads).
 
 plotly is imported only to draw the plot; without it the page keeps the verdict and the table.
 """
@@ -67,8 +67,8 @@ def _ratio_figure(comparison: Comparison) -> Block:
     )
     if not comparison.anchored.empty:
         caption += (
-            " The ratios are the absolute ones (new / base median); cases with the in-turn reference are "
-            "judged on their ratio to it (the table's vs ref)."
+            " The ratios are new / base medians; a whole variant's shift counts only beyond the in-turn "
+            "reference's own shift (the machine's drift, in the line above)."
         )
     build = partial(_ratio_plot, table, comparison.threshold, title)
     return figure_block("compare-ratios", title, build, caption)
@@ -124,10 +124,10 @@ def _table(comparison: Comparison) -> Table:
                 str(rec["case"]),
                 fmt.significant(rec["base_median_us"]),
                 fmt.significant(rec["new_median_us"]),
-                Cell(fmt.significant(rec["ratio"], 3), "" if rec["by_reference"] else css),
+                Cell(fmt.significant(rec["ratio"], 3), css),
                 Cell(
                     fmt.significant(rec["anchored_ratio"], 3) if rec["by_reference"] else "",
-                    css if rec["by_reference"] else "",
+                    "",
                     _ref_title(rec),
                 ),
                 Cell(p_text(rec["p_value"]), "", _p_title(rec)),
@@ -147,11 +147,11 @@ def _table(comparison: Comparison) -> Table:
         "outcome",
     ]  # fmt: skip
     caption = (
-        "Failing cases first, then by the judged ratio. ratio: new / base median (absolute); vs ref: new / "
-        "base of the case's time over the in-turn reference's (a copy of its logits sampled in the same "
-        "rounds), what is judged where both runs have it (blank: the earlier rule, on the ratio). p: "
-        "two-sided Mann-Whitney U test on the two runs' raw samples (vs ref: their per-round ratios to the "
-        f"reference; blank without them); spread: p20-p80 as a percent of the median, base → new, ! above "
+        "Failing cases first, then by the judged ratio. ratio: new / base median, what is judged; vs ref: "
+        "new / base of the case's time over the in-turn reference's (a copy of its logits sampled in the "
+        "same rounds; blank: no reference in both runs), for reading: a whole variant's shift counts only "
+        "beyond the reference's. p: two-sided Mann-Whitney U test on the two runs' raw samples (blank "
+        f"without them); spread: p20-p80 as a percent of the median, base → new, ! above "
         f"{100 * UNSTABLE_SPREAD:.0f} % (unstable)."
     )
     return Table(columns, rows, caption, css="compact")

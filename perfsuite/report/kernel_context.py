@@ -251,3 +251,47 @@ def tie_policy(frame: pd.DataFrame, unit: Sequence[str] = ()) -> pd.DataFrame:
     )
     out = out.reset_index().sort_values(keys, key=lambda s: s.map(facet_rank))
     return out[columns].reset_index(drop=True)
+
+
+EXACT_TRITON = "triton_auto"
+ARGMAX_TRITON = "triton_argmax"
+EXACTNESS_TEXT = (
+    f"What the exact probability costs. k = 1: the exact Triton kernel ({EXACT_TRITON}) over the argmax "
+    f"kernel engines ship ({ARGMAX_TRITON}, topk_p = 1.0: no probability at all) and over {BASELINE} "
+    f"(softmax, then top-k). k > 1: the exact fused top-k ({EXACT_TRITON}) over {BASELINE}. Per shape, the "
+    "ratio of the variants' medians (sampled in turn, in the same rounds; median over logits "
+    "distributions); 1.10 means the exact kernel takes 10 % longer. Bytes: each one's HBM bytes by its "
+    "cache-aware model."
+)
+
+
+def cost_of_exactness(frame: pd.DataFrame, unit: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(k = 1 table, k > 1 table): per (`unit`, path, dtype, V, B, k) where the variants ran, the exact
+    Triton kernel's time over the Triton argmax's (k = 1 only) and over full_softmax's, and the HBM bytes
+    each moves (`bytes_model`). A shape without the exact kernel, or without what it is compared with, has
+    no row: every cell of a row is measured."""
+    keys = [*unit, "path", "dtype", "vocab", "batch", "topk"]
+    names = [EXACT_TRITON, ARGMAX_TRITON, BASELINE]
+    ok = frame[(frame["status"] == "ok") & frame["median_us"].notna() & frame["variant"].isin(names)]
+    data = ok.assign(
+        _us=pd.to_numeric(ok["median_us"], errors="coerce"),
+        _bytes=pd.to_numeric(ok["bytes_model"], errors="coerce") if "bytes_model" in ok else np.nan,
+    )
+    grouped = data.groupby([*keys, "variant"], dropna=False)
+    us = grouped["_us"].median().unstack("variant").reindex(columns=names)
+    moved = grouped["_bytes"].median().unstack("variant").reindex(columns=names)
+    table = pd.DataFrame(
+        {
+            "exact us": us[EXACT_TRITON],
+            "argmax us": us[ARGMAX_TRITON],
+            f"{BASELINE} us": us[BASELINE],
+            "exact/argmax": us[EXACT_TRITON] / us[ARGMAX_TRITON],
+            f"exact/{BASELINE}": us[EXACT_TRITON] / us[BASELINE],
+            "exact bytes": moved[EXACT_TRITON],
+            "argmax bytes": moved[ARGMAX_TRITON],
+            f"{BASELINE} bytes": moved[BASELINE],
+        }
+    ).reset_index()
+    one = table[table["topk"] == 1].dropna().reset_index(drop=True)
+    several = table[table["topk"] > 1].drop(columns=["argmax us", "exact/argmax", "argmax bytes"]).dropna()
+    return one, several.reset_index(drop=True)

@@ -23,6 +23,7 @@ from perfsuite.report.distributions import distribution_figures
 from perfsuite.report.kernel_context import (
     BASELINE,
     ENGINE_ORDER_IDENTITY,
+    EXACTNESS_TEXT,
     FACET_ORDER,
     HELPERS,
     INEXACT_SHORTCUT,
@@ -32,6 +33,7 @@ from perfsuite.report.kernel_context import (
     UNSTABLE_MARK,
     UNSTABLE_TEXT,
     Context,
+    cost_of_exactness,
     dim_text,
     ordered,
     speedup_pairs,
@@ -91,6 +93,7 @@ def summary_section(ctx: Context) -> Section:
     the argmax_ones trade, the top-1 mismatch."""
     section = Section("summary", "Summary", intro=_summary_intro(ctx))
     section.blocks += guard("measured on", lambda: _measured_on(ctx))
+    section.blocks += guard("cost of exactness", lambda: _exactness_tables(ctx))
     section.blocks += guard("fastest variant", lambda: _fastest_table(ctx))
     section.blocks += guard("speedup pairs", lambda: _pairs_table(ctx))
     section.blocks += guard("tie policy", lambda: _tie_policy_table(ctx))
@@ -147,6 +150,21 @@ def _pairs_table(ctx: Context) -> list[Block]:
         f"{BASELINE} timed beside them (no speedup)."
     )
     return [Table(list(pairs.columns), rows, caption, css="compact")]
+
+
+def _exactness_tables(ctx: Context) -> list[Block]:
+    """The cost of exactness per shape: k = 1 against the Triton argmax and full_softmax, k > 1 against
+    full_softmax (none where the Triton kernels did not run)."""
+    unit = [ctx.unit] if ctx.several_devices else []
+    one, several = cost_of_exactness(ctx.ok, unit)
+    blocks: list[Block] = []
+    for title, table in (("k = 1", one), ("k > 1", several)):
+        if len(table):
+            caption = f"Cost of exactness, {title}. {EXACTNESS_TEXT}"
+            blocks.append(
+                frame_table(table.rename(columns={"vocab": "V", "batch": "B", "topk": "k"}), caption)
+            )
+    return blocks
 
 
 def _tie_policy_table(ctx: Context) -> list[Block]:

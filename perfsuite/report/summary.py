@@ -26,8 +26,12 @@ import pandas as pd
 
 from perfsuite.measure.timing import UNSTABLE_SPREAD
 from perfsuite.report.kernel_context import (
+    ARGMAX_TRITON,
+    EXACT_TRITON,
+    EXACTNESS_TEXT,
     PAIRING_TEXT,
     UNSTABLE_MARK,
+    cost_of_exactness,
     run_labels,
     speedup_pairs,
     tie_policy,
@@ -37,7 +41,7 @@ from perfsuite.results.schema import BASELINE, add_speedups
 
 CASE = ["device", "path", "dtype", "vocab", "batch", "topk"]
 """The case keys every summary has; `case_keys` adds run and l2 where they vary."""
-TRITON_PICK = "triton_auto"
+TRITON_PICK = EXACT_TRITON
 
 
 def case_keys(frame: pd.DataFrame) -> list[str]:
@@ -281,6 +285,9 @@ def summary_markdown(frame: pd.DataFrame, notes: Sequence[str] = ()) -> str:
     parts = [
         f"# perfsuite summary: {devices}\n",
         "Cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "\n",
+        "## Cost of exactness\n",
+        EXACTNESS_TEXT + _simulated_text(frame) + "\n",
+        _exactness_markdown(frame),
         *(["## Warnings\n", "\n".join(f"- {w}" for w in warnings) + "\n"] if warnings else []),
         "## Fastest variants\n",
         "\n".join(f"- {line}" for line in winners(table)) + "\n" if len(table) else "(no measured cases)\n",
@@ -311,6 +318,29 @@ def summary_markdown(frame: pd.DataFrame, notes: Sequence[str] = ()) -> str:
         to_markdown(triton_targets(frame)),
     ]
     return "\n".join(parts)
+
+
+def _exactness_markdown(frame: pd.DataFrame) -> str:
+    """The cost-of-exactness tables (k = 1, then k > 1), or why there are none."""
+    one, several = cost_of_exactness(_with_runs(coerce(frame)), _unit(frame))
+    if one.empty and several.empty:
+        return (
+            f"(no shape has {EXACT_TRITON} beside {ARGMAX_TRITON} or {BASELINE}: the Triton kernels run on "
+            "a GPU, or on a CPU under TRITON_INTERPRET=1)\n"
+        )
+    parts = []
+    for title, table in (("k = 1", one), ("k > 1", several)):
+        if len(table):
+            parts += [f"### {title}\n", to_markdown(table)]
+    return "\n".join(parts)
+
+
+def _simulated_text(frame: pd.DataFrame) -> str:
+    """A sentence naming the simulated devices among the rows, if any: their times are the host's."""
+    simulated = sorted({str(d) for d in frame["device"].dropna() if str(d).endswith("(simulated)")})
+    if not simulated:
+        return ""
+    return f" Simulated: {', '.join(simulated)}: host times of CPU work, not a GPU's."
 
 
 def _with_speedups(frame: pd.DataFrame) -> pd.DataFrame:
