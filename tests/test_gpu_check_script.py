@@ -292,13 +292,19 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
     text = (out / "summary.md").read_text()
     assert "(simulated)" in text
     # it opens with the cost of exactness, every cell present, labelled simulated
-    assert [line for line in text.splitlines() if line.startswith("## ")][0] == "## Cost of exactness"
+    assert next(line for line in text.splitlines() if line.startswith("## ")) == "## Cost of exactness"
     exactness = text.split("## Cost of exactness")[1].split("\n## ")[0]
     assert "Simulated: NVIDIA H200 (simulated)" in exactness
-    for title, columns in (("k = 1", 13), ("k > 1", 10)):
-        table = [line for line in exactness.split(f"### {title}")[1].splitlines() if line.startswith("| ")]
-        assert len(table) >= 2 and all(len(line.split("|")) == columns + 2 for line in table), table
-        assert all(cell.strip() for line in table for cell in line.split("|")[1:-1]), table
+    one, several = (
+        part.split("### k > 1")[0] for part in exactness.split("### k = 1")[1].split("### k > 1", 1)
+    )
+    for table, ratios in ((one, ["exact/argmax", "exact/full_softmax"]), (several, ["exact/full_softmax"])):
+        header, *rows = [
+            [c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| ")
+        ]
+        assert header[0] == "device" and all(r in header for r in ratios), header
+        assert rows and all(len(row) == len(header) and all(row) for row in rows), rows  # every cell
+        assert all(row[0] == "NVIDIA H200 (simulated)" for row in rows)
     assert_every_launch_was_warmed_first(launch_log.read(launches), list(stages))
 
 
