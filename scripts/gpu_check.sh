@@ -25,21 +25,21 @@
 #   machine   30 s   est. 15 s   versions, device, datasheet peak and measured copy bandwidth (a cold
 #                                import of torch and triton, CUDA initialisation, the copy test)
 #   warm      60 s   est. 35 s   the compile plan, one worker per core (`perfsuite warm`): every
-#                                kernel key a later stage launches, 195 (was 128): the tune candidates
-#                                (105), the sweep (23) and its edge-case matrix (10), the draft cases (8),
-#                                the battery's Triton --quick cases (86); distinct 195 x 1.8 s / 16 cores
+#                                kernel key a later stage launches, 227 (was 195): the tune candidates
+#                                (105), the sweep (33) and its edge-case matrix (12), the draft cases (11),
+#                                the battery's Triton --quick cases (112); distinct 227 x 1.8 s / 16 cores
 #                                + the workers' start
 #   kernels   25 s   est. 15 s   `perfsuite kernels` for this GPU's architecture only: registers, spills,
 #                                occupancy, load width (KERNEL_TARGETS="sm_90 gfx942" to choose)
 #   tune      50 s   est. 45 s   `perfsuite tune scenarios/tune.toml`: 12 shapes x ~30 plans -> tuned.json;
 #                                cold 0, now 0
 #   rewarm    20 s   est. 10 s   the same plan with the tuned table: only tuned plans that differ from the
-#                                heuristic ones compile (0 to 82: triton_auto's keys in the sweep 20, the
-#                                draft 8, the battery 54)
+#                                heuristic ones compile (0 to 85: triton_auto's keys in the sweep 20, the
+#                                draft 11, the battery 54)
 #   sweep    130 s   est. 124 s  `perfsuite run scenarios/gpu_check.toml`: 648 cases, triton_auto tuned;
 #                                cold 6 (the edge-case matrix) + the tuned plans, now 0
 #   summary   15 s   est. 8 s    `perfsuite summary`: medians, speedups, targets, plans
-#   draft     35 s   est. 26 s   `perfsuite run scenarios/draft_gpu.toml`: 32 draft cycles, eager and graph;
+#   draft     35 s   est. 28 s   `perfsuite run scenarios/draft_gpu.toml`: 34 draft cycles, eager and graph;
 #                                cold 5, now 0
 #   check     25 s   est. 15 s   `perfsuite check`, the conformance battery with graph capture: the torch-op
 #                                variants in full (CHECK_TORCH, at most a third of the budget), then the
@@ -50,7 +50,7 @@
 #                                splits, k 16, fp16 and shifts, 149 keys no stage launches (161 in all),
 #                                cold in one process (about 270 s), now over 16 workers (about 17 s each)
 #   tp        60 s   only with more than one GPU: NCCL tests and scenarios/tp_models.toml
-# Budgets 445 s + GRACE_S 20 + PACK_S 15 = 480 s <= BUDGET_S; estimates about 333 s. A stage starts with at
+# Budgets 445 s + GRACE_S 20 + PACK_S 15 = 480 s <= BUDGET_S; estimates about 335 s. A stage starts with at
 # most what is left of BUDGET_S (less GRACE_S and PACK_S) and is not run when under 3 s are left.
 # Overrides: SCENARIO, TUNE_SCENARIO, DRAFT_SCENARIO, TP_SCENARIO, TESTS (pytest arguments), TEST_JOBS,
 # PYTHON, KERNEL_TARGETS, MAX_BYTES; KEEP_WORK=1 keeps the scratch folder. With PERFSUITE_LAUNCH_LOG set,

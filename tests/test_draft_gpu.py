@@ -173,6 +173,9 @@ def test_run_draft_graph_rows(monkeypatch):
     graph = [r for r in rows if r["path"] == "graph"]
     assert all(r["bitexact_eager"] is True for r in graph)
     assert all(r["graphs_cached"] <= 3 for r in graph)
+    assert all(r["accept"] == "geometric:0.8" and r["accept_mean"] < r["num_draft_tokens"] for r in graph), (
+        "captured with the extend selecting at drawn accept lengths (the default)"
+    )
     fast = [r for r in graph if r["upcast"] == "none"]
     assert len(fast) == 2 and all(r["tree_build"] == FAST_PATH for r in fast)
     assert all(r["selector_dtype"] == "bfloat16" and r["tok_diff_ref"] == 0 for r in fast)

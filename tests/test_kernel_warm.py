@@ -69,7 +69,7 @@ num_steps = 2
 upcast = ["fp32", "none"]
 logits = "head"
 """
-TOTAL_KEYS = 206
+TOTAL_KEYS = 227
 
 
 def _scenario(tmp_path: Path, text: str) -> Path:
@@ -318,7 +318,8 @@ def test_the_stages_compile_plans_on_the_h200():
     tune = compile_plan.candidate_units(expand(load(ROOT / "scenarios" / "tune.toml")), hw)
     sweep = warm.scenario_units(load(ROOT / "scenarios" / "gpu_check.toml"), hw)
     draft = compile_plan.draft_units(load(ROOT / "scenarios" / "draft_gpu.toml"), hw)
-    check = compile_plan.battery_units(["triton_auto", "triton_fused", "triton_split"], hw, cuda, quick=True)
+    battery = ["triton_auto", "triton_fused", "triton_split", "triton_argmax"]  # gpu_check.sh's CHECK_TRITON
+    check = compile_plan.battery_units(battery, hw, cuda, quick=True)
     counts = [len(compile_plan.distinct(s)) for s in (tune, *sweep, draft, check)]
-    assert counts == [105, 33, 12, 0, 8, 86]
+    assert counts == [105, 33, 12, 0, 11, 112]
     assert len(compile_plan.distinct(tune, *sweep, draft, check)) == TOTAL_KEYS

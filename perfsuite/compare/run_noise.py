@@ -9,9 +9,15 @@ robust standard deviation of about 10 % per case, with heavier tails than a norm
 Three figures per matched case, from the comparison itself:
 - `judged`: log(new / base), anchored to the baseline where the case's shape has a baseline row in both
   runs: log(new / base) - log(baseline new / base) (`anchor` "baseline"); the variants of a shape are
-  sampled in turn, so the machine's slow seconds move both alike and cancel. The baseline itself, and
-  shapes without it, are judged on the log ratio less the machine's drift (`anchor` "machine drift",
-  where both runs have the in-turn reference), else on the plain log ratio.
+  sampled in turn, so the machine's slow seconds move both alike and cancel. The baseline itself on what
+  its change less the median change of its shape's other variants and its change less the machine's
+  drift agree on (`agreed`; `anchor` "other variants"): a slow spell that hit its shape moved the others
+  alike, a change of the baseline's code moves it alone, and a change of one other variant's code does not
+  make the baseline look faster. A case with
+  neither is judged on the log ratio less the machine's drift (`anchor` "machine drift"), without the
+  reference on the plain log ratio. (The in-turn copy does not anchor single cases: on a shared CPU a
+  spell of contention slows the compute-bound selectors of a shape two- or threefold and barely moves a
+  copy of their logits.)
 - `noise`: the robust standard deviation (1.4826 x MAD around the median) of `judged` over the cases of the
   same variant judged the same way (`anchor`), with `NOISE_MIN_CASES` of them, else over all timed
   cases, else 0 (no floor). Around the median, so a change of all of a variant's cases still counts.
@@ -79,13 +85,26 @@ def judge(
     run = logs[timed & by_ref].median() if (timed & by_ref).any() else 0.0
     machine = group.map(reference.map(lambda ref: machine_drift(ref, run))).fillna(0.0)
     out["machine_drift"] = machine
-    out["anchor"] = np.where(out["anchored"], "baseline", np.where(machine != 0, "machine drift", ""))
-    # against the baseline (whose own change carries the machine's), else less the machine's drift
-    out["judged"] = logs.where(~out["anchored"], logs - anchor).where(out["anchored"], logs - machine)
-    pooled = robust_sigma(out["judged"][timed])
+    # the baseline has no baseline beside it: against the median change of its shape's other variants,
+    # sampled in the same rounds (a slow spell that hit its shape moved them alike)
+    others = logs[~is_base & timed].groupby(shape_key[~is_base & timed]).median()
+    beside = shape_key.map(others)
+    by_others = is_base & timed & beside.notna()
+    out["anchor"] = np.where(
+        out["anchored"],
+        "baseline",
+        np.where(by_others, "other variants", np.where(machine != 0, "machine drift", "")),
+    )
+    # against the baseline (whose own change carries the machine's); the baseline by what its change less
+    # the others' and its change less the machine's drift agree on; anything else less the machine's drift
+    spread = (logs - machine).where(~out["anchored"], logs - anchor).where(~by_others, logs - beside)
+    against_others = pd.Series(agreed(logs - beside, logs - machine), index=table.index)
+    out["judged"] = spread.where(~by_others, against_others)
+    # the noise of each figure before any agreement (which pulls values to zero and would shrink it)
+    pooled = robust_sigma(spread[timed])
     kind = variant + " " + out["anchor"]
     counts = kind[timed].value_counts()
-    own = out["judged"][timed].groupby(kind[timed]).agg(robust_sigma)
+    own = spread[timed].groupby(kind[timed]).agg(robust_sigma)
     own = own[counts.reindex(own.index) >= NOISE_MIN_CASES]
     out["noise"] = kind.map(own).fillna(pooled)
     # a whole variant's shift, less the machine's drift (`machine_drift`)
@@ -98,6 +117,12 @@ def judge(
     return out
 
 
+def agreed(a: float | np.ndarray | pd.Series, b: float | np.ndarray | pd.Series) -> np.ndarray:
+    """What two estimates of one log ratio agree on: the one nearer zero where they point the same way,
+    zero where they disagree (the median of a, b and 0), element by element."""
+    return np.median(np.stack(np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), 0.0)), axis=0)
+
+
 def machine_drift(reference: float, run: float) -> float:
     """The machine's drift between two runs (a log ratio) as both witnesses saw it: the in-turn
     reference's median shift and the median shift of every case of the run. Where they agree in direction,
@@ -106,7 +131,7 @@ def machine_drift(reference: float, run: float) -> float:
     of the variants, nor is one only the cases saw (a change of every variant's code is still a change)."""
     if reference is None or math.isnan(reference):
         return 0.0
-    return float(np.median([reference, run, 0.0]))
+    return float(agreed(reference, run))
 
 
 def beyond_noise(row: pd.Series, threshold: float) -> bool:

@@ -2,7 +2,9 @@
 
 `run_draft(scenario, info, env, progress)` yields one row per case of the scenario's `[draft]` tables as
 each finishes. A case that cannot run here is a `skipped` row with its reason, one that breaks an `error`
-row; the sweep goes on. Figures are named in `schema.DRAFT_COLUMNS`.
+row; the sweep goes on. Figures are named in `schema.DRAFT_COLUMNS`. Every path of a configuration, and its
+parity references (full_softmax's and the float64 selection's eager trees), run on the same inputs and the
+same accept lengths (`loop.accept_lengths`, recorded in the row).
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ from perfsuite.draft.clock import cycle_sampler, device_sampler
 from perfsuite.draft.counting import count_kernels
 from perfsuite.draft.graph import GraphCache, graph_body, timing_unroll
 from perfsuite.draft.head import DraftHead, HeadConfig, inputs_for
-from perfsuite.draft.loop import DraftLoop, DraftTree, LoopConfig, Traced, constant_select, reference_select
+from perfsuite.draft.loop import (
+    DraftLoop,
+    DraftTree,
+    LoopConfig,
+    Traced,
+    accept_lengths,
+    constant_select,
+    extend_index,
+    reference_select,
+)
 from perfsuite.draft.spec import DraftCase, expand_draft, upcast_name
 from perfsuite.measure import execution, memory, timing
 from perfsuite.measure.device import DeviceInfo
@@ -95,6 +106,7 @@ def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:
         num_draft_tokens=loop.num_draft_tokens,
         logits=head.logits,
         upcast=upcast_name(loop),
+        **_accept_columns(case),
         selector_dtype=inputs.dtype_name(torch.float32 if loop.upcast else head.torch_dtype),
         tree_build=FAST_PATH if loop.fast_path else ORGANISATION,
         engine_setting=_engine_setting(loop, variant),
@@ -104,6 +116,17 @@ def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:
         reason="",
     )
     return row
+
+
+def _accept_columns(case: DraftCase) -> dict[str, object]:
+    """The accept rule and the lengths it draws for this case's cycles (the ones the run uses)."""
+    lengths = accept_lengths(case.loop, case.batch, case.sweep.cycles, case.sweep.seed)
+    flat = torch.cat(lengths).double()
+    return {
+        "accept": case.loop.accept,
+        "accept_lengths": "; ".join(" ".join(str(int(v)) for v in cycle) for cycle in lengths),
+        "accept_mean": float(flat.mean()),
+    }
 
 
 def _engine_setting(loop: LoopConfig, variant: variants.Variant | None) -> str:
@@ -122,7 +145,8 @@ class _ConfigState:
     """What cases of one (head, batch, tree) configuration share."""
 
     key: tuple
-    inputs: list[tuple[torch.Tensor, torch.Tensor]]
+    inputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+    """Per cycle: accepted tokens, target hidden states, the extend's `select_index` (None: accept all)."""
     ref: list[Traced] | None = None
     eager: dict[str, list[Traced]] = field(default_factory=dict)
     selectors: dict[str, tuple[Selector, bool]] = field(default_factory=dict)
@@ -190,7 +214,7 @@ class DraftRunner:
         if case.path == "eager":  # the traced eager run (parity) is this path's run
             trees = [t.tree for t in self._traced(case, state, case.variant)]
         else:
-            trees = [run_tree(tokens, hidden) for tokens, hidden in state.inputs]
+            trees = [run_tree(*each) for each in state.inputs]
         out: dict[str, object] = {
             "trees": len(trees) * case.batch,
             "status": "ok",
@@ -214,19 +238,19 @@ class DraftRunner:
 
     def _path_calls(
         self, case: DraftCase, loop: DraftLoop, state: _ConfigState
-    ) -> tuple[Callable[[torch.Tensor, torch.Tensor], DraftTree], Callable[[], object], Callable | None]:
+    ) -> tuple[Callable[..., DraftTree], Callable[[], object], Callable | None]:
         """(run one cycle on given inputs -> tree, a zero-argument timed cycle, graph body or None)."""
-        tokens, hidden = state.inputs[0]
+        tokens, hidden, index = state.inputs[0]
         if case.path == "eager":
-            return loop.cycle, lambda: loop.cycle_tuple(tokens, hidden), None
+            return loop.cycle, lambda: loop.cycle_tuple(tokens, hidden, index), None
         if case.path == "compile":
             fn = self._compiled_cycle(case, loop)
-            fn(tokens, hidden)  # compile outside any timing
+            fn(tokens, hidden, index)  # compile outside any timing
 
-            def run_compiled(t: torch.Tensor, h: torch.Tensor) -> DraftTree:
-                return DraftTree(*fn(t, h))
+            def run_compiled(t: torch.Tensor, h: torch.Tensor, i: torch.Tensor | None) -> DraftTree:
+                return DraftTree(*fn(t, h, i))
 
-            return run_compiled, lambda: fn(tokens, hidden), None
+            return run_compiled, lambda: fn(tokens, hidden, index), None
         if case.path == "graph":
             reason = execution.unavailable("graph", self.device)
             if reason:
@@ -234,7 +258,7 @@ class DraftRunner:
             graph = self._graph_cache(case).get(
                 loop, case.batch, (case.head, case.loop, case.variant), case.case_id
             )
-            graph.load(tokens, hidden)
+            graph.load(tokens, hidden, index)
             return graph, graph.replay, graph_body(graph, loop)
         raise ValueError(f"unknown path {case.path!r}; known: {', '.join(execution.PATHS)}")
 
@@ -285,7 +309,7 @@ class DraftRunner:
 
     def _run_eager(self, case: DraftCase, state: _ConfigState, select: Selector) -> list[Traced]:
         loop = DraftLoop(self._head_for(case.head), select, case.loop)
-        return [loop.cycle_traced(tokens, hidden) for tokens, hidden in state.inputs]
+        return [loop.cycle_traced(*each) for each in state.inputs]
 
     def _selector(self, case: DraftCase, state: _ConfigState, name: str) -> tuple[Selector, bool]:
         """Variant `name`'s selection for the loop, and whether its outputs are copied: a selector that
@@ -356,10 +380,15 @@ class DraftRunner:
             head = self._head_for(case.head)
             self._state = None
             count = case.sweep.cycles
-            tokens = inputs_for(
-                head.config, case.batch, case.loop.extend_tokens, count, self.device, case.sweep.seed
-            )
-            self._state = _ConfigState(case.config_key, tokens)
+            seed, length = case.sweep.seed, case.loop.extend_tokens
+            pairs = inputs_for(head.config, case.batch, length, count, self.device, seed)
+            if case.loop.accept == "all":  # the last position: no index, today's cycle as it was
+                indices: list[torch.Tensor | None] = [None] * count
+            else:  # precomputed on the device, outside the timed cycle (no host sync inside it)
+                lengths = accept_lengths(case.loop, case.batch, count, seed)
+                indices = [extend_index(n, length).to(self.device) for n in lengths]
+            triples = [(t, h, i) for (t, h), i in zip(pairs, indices, strict=True)]
+            self._state = _ConfigState(case.config_key, triples)
         return self._state
 
     def _release(self) -> None:

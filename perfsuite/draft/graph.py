@@ -1,6 +1,7 @@
 """The whole draft cycle captured into one CUDA graph (a HIP graph on ROCm), one graph per batch size.
 
-As engines do: static input buffers (accepted tokens, target hidden states) and static output buffers are
+As engines do: static input buffers (accepted tokens, target hidden states and, unless the loop's accept
+rule is `all`, the extend's `select_index`, `loop.extend_index`) and static output buffers are
 allocated outside the graph; a replay copies a cycle's inputs in, replays, and hands out copies of the
 outputs. Graphs live in a small cache keyed by batch size and loop configuration; they share one graph
 memory pool (only intermediates live in it, so replay order does not matter) and the least recently used
@@ -16,7 +17,7 @@ from collections.abc import Callable, Hashable
 import torch
 
 from perfsuite.console import first_line
-from perfsuite.draft.loop import DraftLoop, DraftTree
+from perfsuite.draft.loop import DraftLoop, DraftTree, extend_index
 from perfsuite.measure.device import GRAPH_UNROLL_CAP
 from perfsuite.measure.execution import GraphCaptureError, capturing, warm_up
 
@@ -46,6 +47,9 @@ class DraftGraph:
         self.batch, self.device = batch, device
         self.tokens = torch.zeros((batch, length), dtype=torch.int64, device=device)
         self.hidden = torch.zeros((batch, length, head.hidden), dtype=head.dtype, device=device)
+        self.index: torch.Tensor | None = None  # accept "all": the last position, no index
+        if loop.config.accept != "all":  # valid rows until the first load: the last positions
+            self.index = extend_index(torch.full((batch,), length, device=device), length)
         what = f"draft graph capture failed ({label or f'batch {batch}'})"
         try:
             self.outputs = self._warm_up(loop)
@@ -53,27 +57,38 @@ class DraftGraph:
             raise GraphCaptureError(f"{what}: {first_line(exc)}", exc) from exc
         self.graph = torch.cuda.CUDAGraph()
         with capturing(self.graph, device, pool=pool, what=what):
-            result = loop.cycle_tuple(self.tokens, self.hidden)
+            result = loop.cycle_tuple(self.tokens, self.hidden, self.index)
             for static, value in zip(self.outputs, result, strict=True):
                 static.copy_(value)
 
     def _warm_up(self, loop: DraftLoop) -> tuple[torch.Tensor, ...]:
         """Run a few cycles on a side stream (library handles, Triton compilation), then allocate the
         static outputs outside the graph pool."""
-        result = warm_up(lambda: loop.cycle_tuple(self.tokens, self.hidden), self.device, WARMUP_CYCLES)
+
+        def cycle() -> tuple[torch.Tensor, ...]:
+            return loop.cycle_tuple(self.tokens, self.hidden, self.index)
+
+        result = warm_up(cycle, self.device, WARMUP_CYCLES)
         return tuple(torch.empty_like(t) for t in result)
 
-    def load(self, tokens: torch.Tensor, hidden: torch.Tensor) -> None:
-        """Copy one cycle's inputs into the static buffers."""
+    def load(self, tokens: torch.Tensor, hidden: torch.Tensor, index: torch.Tensor | None = None) -> None:
+        """Copy one cycle's inputs into the static buffers (`index`: the extend's `select_index`, needed
+        unless the accept rule is `all`)."""
+        if (index is None) != (self.index is None):
+            raise ValueError("a draft graph with an accept rule other than 'all' takes an index, others none")
         self.tokens.copy_(tokens)
         self.hidden.copy_(hidden)
+        if self.index is not None and index is not None:
+            self.index.copy_(index)
 
     def replay(self) -> None:
         self.graph.replay()
 
-    def __call__(self, tokens: torch.Tensor, hidden: torch.Tensor) -> DraftTree:
+    def __call__(
+        self, tokens: torch.Tensor, hidden: torch.Tensor, index: torch.Tensor | None = None
+    ) -> DraftTree:
         """Load, replay, and return copies of the outputs (safe across other graphs' replays)."""
-        self.load(tokens, hidden)
+        self.load(tokens, hidden, index)
         self.graph.replay()
         return DraftTree(*(t.clone() for t in self.outputs))
 
@@ -128,7 +143,7 @@ def graph_body(graph: DraftGraph, loop: DraftLoop) -> Callable[[], tuple[torch.T
     """The cycle on `graph`'s static buffers, for a timing graph that captures several copies of it."""
 
     def body() -> tuple[torch.Tensor, ...]:
-        result = loop.cycle_tuple(graph.tokens, graph.hidden)
+        result = loop.cycle_tuple(graph.tokens, graph.hidden, graph.index)
         for static, value in zip(graph.outputs, result, strict=True):
             static.copy_(value)
         return graph.outputs

@@ -2,8 +2,10 @@
 
 A cycle (one per verification round) is
 1. draft extend over `num_draft_tokens` tokens per sequence (SGLang pads the accepted tokens to the
-   verified tree's length): the head runs over them with the target's hidden states, and the logits of
-   the last position (every token accepted) go through the selector: step 0's `topk_p, topk_index`;
+   verified tree's length): the head runs over them with the target's hidden states, and the logits at
+   each sequence's last accepted token (position `accept_len[b] - 1`, gathered with a precomputed device
+   index, SGLang's `select_index`; without one, the last position: every token accepted) go through the
+   selector: step 0's `topk_p, topk_index`;
 2. draft decode, `num_steps` steps. Step 0 takes the extend's top-k as the first tree level. Each later
    step runs the head on the `k` tokens chosen last (with their parents' hidden states), selects top-k
    over the vocabulary for each of them, expands the path scores `scores[..., None] * topk_p` to `k * k`
@@ -19,6 +21,14 @@ The selector sees the logits as SGLang's logits processor hands them over: upcas
 the upcast. The vocabulary selection is pluggable (`Selector`): any `perfsuite.variants` entry. The `k * k`
 candidate selection and the tree organisation use `torch.max`/`torch.topk` on the scores, as engines do.
 Everything is written without host syncs, so a whole cycle can be captured into one CUDA/HIP graph.
+
+Accept lengths (`LoopConfig.accept`, `accept_lengths`): there is no target model, so how many tokens the
+verifier accepted is drawn per sequence and cycle from a stated rule, seeded, on the CPU (the same on every
+device): `all` (every extend token: the selection at the last of the `num_draft_tokens` positions),
+`uniform` (1 .. `max_accept`, equally likely) or `geometric:P` (each drafted token accepted with
+probability P when its parent was, the bonus token always: `1 + min(Geometric, max_accept - 1)`, mean
+`(1 - P**max_accept) / (1 - P)`), where `max_accept = min(num_steps + 1, num_draft_tokens)` is the deepest
+accepted path plus the bonus token. `DEFAULT_ACCEPT`, `geometric:0.8`, is the default of a `[draft]` table.
 """
 
 from __future__ import annotations
@@ -32,6 +42,36 @@ from perfsuite.draft.head import DraftHead
 from perfsuite.variants.base import Selector
 from perfsuite.variants.ordering import topk_lowest_index
 
+ACCEPT_RULES = ("all", "uniform", "geometric:P")
+"""Accept-length rules: every extend token, uniform over 1..max_accept, geometric with acceptance P."""
+DEFAULT_ACCEPT = "geometric:0.8"
+"""A `[draft]` table's default: each drafted token accepted with probability 0.8 (mean accept length
+2.95 of 4 at 3 steps), an assumed per-token acceptance in the range EAGLE-style heads are reported at,
+not a measurement here. `LoopConfig`'s own default is `all` (the loop without accept lengths)."""
+ACCEPT_SEED_OFFSET = 2_000_003
+"""Accept lengths are drawn from `seed + ACCEPT_SEED_OFFSET` (apart from the inputs' stream)."""
+
+
+def parse_accept(rule: str) -> tuple[str, float | None]:
+    """`("all" | "uniform", None)` or `("geometric", P)` with 0 <= P <= 1; ValueError otherwise."""
+    if rule in ("all", "uniform"):
+        return rule, None
+    name, _, value = rule.partition(":")
+    if name == "geometric":
+        try:
+            p = float(value)
+        except ValueError:
+            p = float("nan")
+        if 0.0 <= p <= 1.0:
+            return name, p
+    raise ValueError(f"unknown accept rule {rule!r}; allowed: all, uniform, geometric:P (0 <= P <= 1)")
+
+
+def accept_name(rule: str) -> str:
+    """The canonical spelling of an accept rule (`geometric:0.80` -> `geometric:0.8`)."""
+    name, p = parse_accept(rule)
+    return name if p is None else f"{name}:{p:g}"
+
 
 @dataclass(frozen=True)
 class LoopConfig:
@@ -43,6 +83,14 @@ class LoopConfig:
     upcast: bool = True
     """The logits reach the selector as fp32 (SGLang's logits processor: `logits[:, :vocab].float()`);
     False: in the head's dtype (an engine without the upcast)."""
+    accept: str = "all"
+    """The rule the accept lengths are drawn with (`ACCEPT_RULES`, canonical spelling): `all` selects
+    at the last extend position, as if every token were accepted."""
+
+    @property
+    def max_accept(self) -> int:
+        """The longest accept length: the deepest tree path plus the bonus token, within the extend."""
+        return min(self.num_steps + 1, self.num_draft_tokens)
 
     @property
     def candidates(self) -> int:
@@ -87,6 +135,30 @@ class LoopConfig:
                 f"positions of a topk {self.topk}, num_steps {self.num_steps} tree"
             )
         return None
+
+
+def accept_lengths(config: LoopConfig, batch: int, count: int, seed: int = 0) -> list[torch.Tensor]:
+    """`count` cycles' accept lengths, int64 `[batch]` on the CPU, drawn with `config.accept` from
+    `seed + ACCEPT_SEED_OFFSET` (a CPU generator: the same lengths on every device). `all`: every one
+    `num_draft_tokens` (today's selection at the last extend position)."""
+    name, p = parse_accept(config.accept)
+    if name == "all":
+        return [torch.full((batch,), config.extend_tokens, dtype=torch.int64) for _ in range(count)]
+    gen = torch.Generator().manual_seed(seed + ACCEPT_SEED_OFFSET)
+    top = config.max_accept
+    if name == "uniform":
+        drawn = torch.randint(1, top + 1, (count, batch), generator=gen)
+    else:
+        accepted = torch.rand((count, batch, top - 1), generator=gen, dtype=torch.float64) < p
+        drawn = 1 + accepted.long().cumprod(dim=-1).sum(dim=-1)
+    return list(drawn.unbind(0))
+
+
+def extend_index(lengths: torch.Tensor, length: int) -> torch.Tensor:
+    """SGLang's `select_index`: the flat row `b * length + lengths[b] - 1` of each sequence's last
+    accepted token among the `[B * length]` extend rows (made once, outside the timed cycle)."""
+    rows = torch.arange(lengths.shape[0], dtype=torch.int64, device=lengths.device)
+    return rows * length + lengths.to(torch.int64) - 1
 
 
 class DraftTree(NamedTuple):
@@ -144,12 +216,17 @@ class DraftLoop:
         return logits.float() if self.config.upcast else logits
 
     def extend(
-        self, tokens: torch.Tensor, target_hidden: torch.Tensor
+        self, tokens: torch.Tensor, target_hidden: torch.Tensor, accept_index: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Draft extend: tokens `[B, L]`, hidden `[B, L, H]` -> step-0 `topk_p`, `topk_index`, hidden."""
+        """Draft extend: tokens `[B, L]`, hidden `[B, L, H]` -> step-0 `topk_p`, `topk_index`, hidden,
+        selected at each sequence's last accepted token: `accept_index` (`extend_index`, int64 `[B]` on
+        the device: a gather, no host sync), or the last position when None."""
         batch, length = tokens.shape
         flat = self.head.step(tokens.reshape(-1), target_hidden.reshape(batch * length, -1))
-        last = flat.view(batch, length, -1)[:, -1]
+        if accept_index is None:
+            last = flat.view(batch, length, -1)[:, -1]
+        else:
+            last = flat.index_select(0, accept_index)
         topk_p, topk_index = self.select(self.selector_logits(last), self.config.topk)
         return topk_p, topk_index, last
 
@@ -219,15 +296,22 @@ class DraftLoop:
             all_tokens,
         )
 
-    def cycle(self, tokens: torch.Tensor, target_hidden: torch.Tensor) -> DraftTree:
-        """One draft cycle: draft extend over the accepted tokens, then draft decode."""
-        return self.decode(*self.extend(tokens, target_hidden))
+    def cycle(
+        self, tokens: torch.Tensor, target_hidden: torch.Tensor, accept_index: torch.Tensor | None = None
+    ) -> DraftTree:
+        """One draft cycle: draft extend over the accepted tokens (selected at `accept_index`, `extend`),
+        then draft decode."""
+        return self.decode(*self.extend(tokens, target_hidden, accept_index))
 
-    def cycle_tuple(self, tokens: torch.Tensor, target_hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def cycle_tuple(
+        self, tokens: torch.Tensor, target_hidden: torch.Tensor, accept_index: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """`cycle` returning a plain tuple (what graph capture and torch.compile see)."""
-        return tuple(self.cycle(tokens, target_hidden))
+        return tuple(self.cycle(tokens, target_hidden, accept_index))
 
-    def cycle_traced(self, tokens: torch.Tensor, target_hidden: torch.Tensor) -> Traced:
+    def cycle_traced(
+        self, tokens: torch.Tensor, target_hidden: torch.Tensor, accept_index: torch.Tensor | None = None
+    ) -> Traced:
         """`cycle` (eager, untimed) with the logit of every scored position: `[B, candidates]` float64
         values of the logits each selection picked, aligned with `all_tokens` (the parity split)."""
         picked: list[torch.Tensor] = []
@@ -240,7 +324,7 @@ class DraftLoop:
 
         self.select = recording
         try:
-            tree = self.cycle(tokens, target_hidden)
+            tree = self.cycle(tokens, target_hidden, accept_index)
         finally:
             self.select = select
         batch = tree.all_tokens.shape[0]

@@ -16,6 +16,11 @@
     upcast = ["fp32"]                   # the logits the selector gets: fp32 (SGLang's logits processor,
                                         # default) | none (the head's dtype: an engine without upcast)
     logits = ["head", "near_ties"]      # the head's logits behaviour (perfsuite.draft.head)
+    accept = ["geometric:0.8"]          # where the extend selects: each sequence's last accepted token,
+                                        # accept lengths drawn per sequence and cycle, seeded:
+                                        # geometric:P (each drafted token accepted with probability P;
+                                        # default 0.8) | uniform (1..num_steps + 1) | all (every extend
+                                        # token: the last of the num_draft_tokens positions)
     cycles = 8                          # distinct inputs per case for the consumer parity figures
     seed = 0
     max_graphs = 8                      # captured draft graphs kept at once (graph path; >= 2: a case's
@@ -39,7 +44,7 @@ import torch
 
 from perfsuite import variants
 from perfsuite.draft.head import HEAD_LOGITS, HeadConfig
-from perfsuite.draft.loop import LoopConfig
+from perfsuite.draft.loop import DEFAULT_ACCEPT, LoopConfig, accept_name
 from perfsuite.measure.execution import PATHS
 from perfsuite.scenario import inputs, validate
 from perfsuite.scenario.settings import Timing
@@ -74,6 +79,7 @@ class DraftSweep:
     num_draft_tokens: tuple[int | str, ...] = ("auto",)
     logits: tuple[str, ...] = ("head", "near_ties")
     upcast: tuple[str, ...] = ("fp32",)
+    accept: tuple[str, ...] = (DEFAULT_ACCEPT,)
     layers: int = 1
     cycles: int = 8
     seed: int = 0
@@ -101,6 +107,7 @@ class DraftCase:
         return (
             f"draft/{self.variant}/{self.path}/{h.dtype}/V{h.vocab}/H{h.hidden}/B{self.batch}"
             f"/k{c.topk}/s{c.num_steps}/n{c.num_draft_tokens}/{h.logits}/{upcast_name(c)}"
+            + ("" if c.accept == DEFAULT_ACCEPT else f"/accept-{c.accept}")
         )
 
     @property
@@ -115,6 +122,17 @@ UPCASTS = {"fp32": True, "none": False}
 
 def upcast_name(loop: LoopConfig) -> str:
     return "fp32" if loop.upcast else "none"
+
+
+def _accept_rules(source: str, key: str, value: Any) -> tuple[str, ...]:
+    """One accept rule or a non-empty list of them, in canonical spelling."""
+    items = validate.as_list(value)
+    if not items or not all(isinstance(v, str) for v in items):
+        raise validate.fail(source, key, f"expected one or a non-empty list of accept rules, got {value!r}")
+    try:
+        return tuple(dict.fromkeys(accept_name(v) for v in items))
+    except ValueError as exc:
+        raise validate.fail(source, key, str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -132,6 +150,7 @@ CHECKS: dict[str, validate.Check] = {
     "num_draft_tokens": validate.ints(2, auto=True),
     "logits": validate.names(lambda: list(HEAD_LOGITS), "logits behaviour"),
     "upcast": validate.names(lambda: list(UPCASTS), "upcast"),
+    "accept": _accept_rules,
     "layers": validate.scalar("an integer from 1 to 4", lambda v: validate.is_int(v) and 1 <= v <= 4),
     "cycles": validate.scalar("an integer from 1 to 1000", lambda v: validate.is_int(v) and 1 <= v <= 1000),
     "seed": validate.scalar("an integer >= 0", lambda v: validate.is_int(v) and v >= 0),
@@ -184,14 +203,15 @@ def expand_draft(scenario: ScenarioLike) -> list[DraftCase]:
             sweep.num_steps,
             sweep.num_draft_tokens,
             sweep.upcast,
+            sweep.accept,
             sweep.variants,
             sweep.paths,
         )
-        for dtype, vocab, hidden, logits, batch, topk, steps, ndt, upcast, variant, path in grid:
+        for dtype, vocab, hidden, logits, batch, topk, steps, ndt, upcast, accept, variant, path in grid:
             head = HeadConfig(vocab, hidden, dtype, sweep.layers, logits, sweep.seed)
             # fp32 heads: the upcast is a no-op, so "none" is the same case as "fp32"
             upcast_on = UPCASTS[upcast] or head.torch_dtype == torch.float32
-            loop = LoopConfig(topk, steps, draft_tokens_for(ndt, topk, steps), upcast_on)
+            loop = LoopConfig(topk, steps, draft_tokens_for(ndt, topk, steps), upcast_on, accept)
             case = DraftCase(scenario.name, variant, path, head, batch, loop, sweep, scenario.timing)
             cases.setdefault(case.case_id, case)
     path_rank = {p: i for i, p in enumerate(PATHS)}
@@ -206,4 +226,5 @@ def _head_key(head: HeadConfig) -> tuple:
 
 
 def _loop_key(loop: LoopConfig) -> tuple:
-    return (not loop.upcast, loop.topk, loop.num_steps, loop.num_draft_tokens)
+    default = loop.accept == DEFAULT_ACCEPT
+    return (not loop.upcast, loop.topk, loop.num_steps, loop.num_draft_tokens, not default, loop.accept)

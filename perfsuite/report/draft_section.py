@@ -40,7 +40,7 @@ SECTION_ID = "draft"
 TITLE = "Draft loop: the selection where engines consume it"
 
 SHAPE_KEYS = ("vocab", "hidden", "batch", "topk", "num_steps", "num_draft_tokens")
-CONFIG_KEYS = ("device", "dtype", *SHAPE_KEYS, "logits", "upcast")
+CONFIG_KEYS = ("device", "dtype", *SHAPE_KEYS, "logits", "upcast", "accept")
 NUMERIC = (
     *SHAPE_KEYS,
     "cycle_median_us",

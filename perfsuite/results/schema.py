@@ -174,6 +174,19 @@ DRAFT_COLUMNS: dict[str, str] = {
     "selector_dtype": "dtype of the logits handed to the selector",
     "tree_build": "constants (SGLang's topk-1 fast path) | organisation: top num_draft_tokens - 1 scores",
     "engine_setting": "sglang, or why SGLang never runs the setting (topk 1, num_draft_tokens != steps + 1)",
+    "accept": (
+        "where the draft extend selects: each sequence's last accepted token, accept lengths drawn by this "
+        "rule (perfsuite.draft.loop.accept_lengths, seed + 2000003): geometric:P (each drafted token "
+        "accepted with probability P, the default geometric:0.8) | uniform (1..min(num_steps + 1, "
+        "num_draft_tokens)) | all (every extend token: the last position); in the case id as /accept-RULE "
+        "when not the default"
+    ),
+    "accept_lengths": (
+        "the accept lengths used, the selection at position length - 1 of each sequence's extend tokens: "
+        "one group per cycle ('; '), one length per sequence (' '); the same in every path and in the "
+        "parity references"
+    ),
+    "accept_mean": "mean of accept_lengths",
     "l2": "cache state at the start of a timed cycle: cold | hot",
     "status": "ok | skipped | error",
     "reason": "why the case was skipped or failed",
