@@ -24,11 +24,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.measure import machine, threads
+from perfsuite.measure import machine
 from perfsuite.measure.device import DeviceInfo, detect
 from perfsuite.measure.environment import environment
 from perfsuite.results import run_dir
 from perfsuite.scenario.load import Case, Scenario, ScenarioError, expand, load
+from perfsuite.scenario.settings import apply_threads
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "quick.toml"
 PARAMS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits")
@@ -106,7 +107,7 @@ def session_of(config: pytest.Config) -> Session:
     compare with): the threads are applied here, once, before any case runs."""
     if SESSION not in config.stash:
         scenario = _scenario(config)
-        in_effect = threads.apply(scenario.timing.threads)
+        in_effect = apply_threads(scenario.timing.threads)
         load_start = machine.load_average()
         info = detect(scenario.device)
         label = f"pytest-benchmark {run_dir.new_label(info.name)}"

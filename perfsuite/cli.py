@@ -36,6 +36,7 @@ from perfsuite.scenario.load import SWEEP_CHECKS, Scenario, ScenarioError, expan
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_REGRESSION = EXIT_PROBLEM = EXIT_PARITY  # the other findings share status 1
+EXIT_BUDGET = 124  # `warm` stopped at its --budget with launches left (perfsuite.kernels.warm.EXIT_BUDGET)
 DEBUG_ENV = "PERFSUITE_DEBUG"
 
 

@@ -28,6 +28,7 @@ CODES = {
     "call skipped": cli.EXIT_SKIPPED,
     "internal error": cli.EXIT_INTERNAL,
     "interrupted": cli.EXIT_INTERRUPTED,
+    "stopped at the budget": cli.EXIT_BUDGET,
 }
 TWO_SHAPES = """
 name = "two"
@@ -45,6 +46,9 @@ logits = ["gaussian"]
 def test_exit_codes_are_distinct_and_listed_in_help(capsys):
     assert len(set(CODES.values())) == len(CODES)
     assert cli.EXIT_REGRESSION == cli.EXIT_PROBLEM == cli.EXIT_PARITY  # findings of compare and kernels
+    from perfsuite.kernels import warm
+
+    assert cli.EXIT_BUDGET == warm.EXIT_BUDGET and cli.EXIT_INTERRUPTED == warm.EXIT_INTERRUPTED
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     listed = re.findall(r"^ {2}(\d+) ", capsys.readouterr().out, re.M)
