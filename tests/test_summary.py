@@ -290,3 +290,13 @@ def test_the_summary_opens_with_the_cost_of_exactness_labelled_simulated():
     assert "| exact us | argmax us | full_softmax us | exact/argmax | exact/full_softmax |" in part
     cpu = summary.summary_markdown(exactness_frame("AMD EPYC").query("variant == 'full_softmax'"))
     assert "no shape has triton_auto beside triton_argmax" in cpu and "Simulated" not in cpu
+
+
+def test_the_run_summary_states_the_cost_of_exactness_per_device():
+    (line,) = summary.exactness_lines(exactness_frame())
+    assert line == (
+        "NVIDIA H200 (simulated): cost of exactness (median over 2 shapes): k = 1: triton_auto / "
+        "triton_argmax 1.30x, / full_softmax 0.43x; k > 1: triton_auto / full_softmax 0.33x."
+    )
+    assert line in summary.console_table(exactness_frame())
+    assert summary.exactness_lines(exactness_frame().query("variant == 'full_softmax'")) == []

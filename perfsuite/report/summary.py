@@ -255,7 +255,29 @@ def console_table(frame: pd.DataFrame, limit: int = 40) -> str:
         f"the compiled {BASELINE}); unstable: rows whose samples spread over "
         f"{100 * UNSTABLE_SPREAD:.0f} % of the median"
     )
-    return "\n".join([title, text + more, *winners(table)])
+    return "\n".join([title, text + more, *winners(table), *exactness_lines(frame)])
+
+
+def exactness_lines(frame: pd.DataFrame) -> list[str]:
+    """The cost of exactness in a line per device (and run): the median over shapes of the exact Triton
+    kernel's time over the Triton argmax's and over full_softmax's (k = 1), and over full_softmax's (k > 1);
+    none where the Triton kernels did not run."""
+    one, several = cost_of_exactness(_with_runs(coerce(frame)), _unit(frame))
+    unit = _unit(frame)
+    lines = []
+    for group, part in pd.concat([one, several]).groupby(unit, sort=True):
+        label = " · ".join(str(g) for g in (group if isinstance(group, tuple) else (group,)))
+        k1, kn = part[part["topk"] == 1], part[part["topk"] > 1]
+        said = []
+        if len(k1):
+            said.append(
+                f"k = 1: {EXACT_TRITON} / {ARGMAX_TRITON} {k1['exact/argmax'].median():.2f}x, / {BASELINE} "
+                f"{k1[f'exact/{BASELINE}'].median():.2f}x"
+            )
+        if len(kn):
+            said.append(f"k > 1: {EXACT_TRITON} / {BASELINE} {kn[f'exact/{BASELINE}'].median():.2f}x")
+        lines.append(f"{label}: cost of exactness (median over {len(part)} shapes): {'; '.join(said)}.")
+    return lines
 
 
 def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
