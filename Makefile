@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup quick test bench lint gpu-setup gpu-check clean chromium
+.PHONY: setup quick test bench lint gpu-setup gpu-check clean chromium slurm
 
 $(STAMP): pyproject.toml requirements/cpu.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,15 @@ chromium:
 	else \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
+	fi
+
+# tests/test_slurm.py runs scripts/slurm/ on a one-node Slurm it starts itself (skipped without these)
+slurm:
+	@if command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then \
+	  echo "slurm: $$(command -v slurmctld), munge: $$(command -v munged)"; \
+	else \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends slurm-wlm munge; \
 	fi
 
 lint: setup
