@@ -22,6 +22,7 @@ OFFLINE = {
     "http_proxy": "http://127.0.0.1:9",
 }
 
+DIST, COPY_DIST = "perfsuite", "perfsuite-gpu-setup-copy"
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
 
@@ -31,6 +32,10 @@ def _project(tmp_path: Path) -> Path:
     copy.mkdir()
     for name in ("Makefile", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, copy / name)
+    # under another distribution name: pip would otherwise uninstall this environment's own perfsuite
+    # (its `perfsuite` command and the editable install) before installing the copy into the prefix
+    toml = copy / "pyproject.toml"
+    toml.write_text(toml.read_text().replace(f'name = "{DIST}"', f'name = "{COPY_DIST}"', 1))
     shutil.copytree(ROOT / "perfsuite", copy / "perfsuite", ignore=shutil.ignore_patterns("__pycache__"))
     return copy
 
@@ -50,7 +55,7 @@ def test_gpu_setup_installs_without_network(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     said = [line for line in done.stdout.splitlines() if line.startswith("gpu-setup: ")]
     assert not said, said  # this environment has every dependency: no --no-deps fallback
-    installed = list(prefix.glob("lib/python*/site-packages/perfsuite-*.dist-info"))
+    installed = list(prefix.glob(f"lib/python*/site-packages/{COPY_DIST.replace('-', '_')}-*.dist-info"))
     assert installed, sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*"))[:20]
 
 
