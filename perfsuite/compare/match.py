@@ -401,7 +401,6 @@ def compare(
         "run",
         "unstable",
         SECONDS,
-        REF_SECONDS,
         *NUMBERS,
     ]
     left = base_k[[*key_columns, *kept]].rename(columns={c: f"base_{c}" for c in kept})
@@ -432,7 +431,7 @@ def compare(
     table["bytes_measured_ratio"] = table["new_bytes_measured"] / table["base_bytes_measured"]
     table["bytes_model_ratio"] = table["new_bytes_model"] / table["base_bytes_model"]
     table = pd.concat([table, _rank_tests(table)], axis=1)
-    table = table.drop(columns=[f"{side}_{c}" for side in ("base", "new") for c in (SECONDS, REF_SECONDS)])
+    table = table.drop(columns=[f"{side}_{SECONDS}" for side in ("base", "new")])
     records = [r for _, r in table.iterrows()]
     table["rule"] = [_rule(r) if not math.isnan(r["ratio"]) else "" for r in records]
     table["outcome"] = [_outcome(r, threshold) for _, r in table.iterrows()] if len(table) else []

@@ -46,8 +46,8 @@ ACCEPT_RULES = ("all", "uniform", "geometric:P")
 """Accept-length rules: every extend token, uniform over 1..max_accept, geometric with acceptance P."""
 DEFAULT_ACCEPT = "geometric:0.8"
 """A `[draft]` table's default: each drafted token accepted with probability 0.8 (mean accept length
-2.95 of 4 at 3 steps), an assumed per-token acceptance in the range EAGLE-style heads are reported at,
-not a measurement here. `LoopConfig`'s own default is `all` (the loop without accept lengths)."""
+2.95 of 4 at 3 steps), an assumed per-token acceptance, neither measured here nor taken from a cited
+source. `LoopConfig`'s own default is `all` (the loop without accept lengths)."""
 ACCEPT_SEED_OFFSET = 2_000_003
 """Accept lengths are drawn from `seed + ACCEPT_SEED_OFFSET` (apart from the inputs' stream)."""
 
