@@ -12,7 +12,8 @@ keeps one core busy unless `--no-busy`.
 
 `--slow-full-softmax F`: the second run of each pair is made by this script's harness with full_softmax's
 timed call F times slower in its code path: the harness wraps the call `execution.prepare` binds for
-full_softmax so that after each call it spins for (F - 1) x the call's own duration. Nothing of it ships
+full_softmax so that after each call it spins for (F - 1) x the call's own duration (on the
+clock the sampler reads: the thread's CPU time at one thread). Nothing of it ships
 in perfsuite (no setting, no environment variable): it lives in this script, and holds only where the
 call is timed on the host (a CPU run; on a GPU the call is asynchronous). It reports the share of
 full_softmax's stable cases (stable in both runs) called slower.
@@ -55,17 +56,20 @@ def harness_run(argv: list[str]) -> int:
 
 def slow_full_softmax(factor: float) -> None:
     """Make full_softmax's bound calls `factor` times slower (host-timed runs only; see the docstring)."""
+    import torch
+
     from perfsuite import variants
     from perfsuite.measure import execution
 
     target, original = variants.get("full_softmax").select, execution.prepare
 
     def slowed(call: Callable[[], object]) -> Callable[[], object]:
-        def run() -> object:
-            start = time.perf_counter()
+        def run() -> object:  # on the clock a CPU sample is read on (the thread's CPU time at 1 thread)
+            clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+            start = clock()
             out = call()
-            until = time.perf_counter() + (factor - 1) * (time.perf_counter() - start)
-            while time.perf_counter() < until:
+            until = clock() + (factor - 1) * (clock() - start)
+            while clock() < until:
                 pass
             return out
 

@@ -1,4 +1,4 @@
-"""The in-turn reference (issue 24): a copy of each case's logits sampled in the same rounds as its variants,
+"""The in-turn reference (issue 24): an exp of each case's logits sampled in the same rounds as its variants,
 and `compare` taking the machine's drift it saw (as far as the run's cases agree) out of every variant,
 full_softmax included. The mechanism of the
 issue's pair 1 (the machine about 5 % slower in the second run, full_softmax moving as a whole) is rebuilt
@@ -69,7 +69,7 @@ def as_written(variant: str, vocab: int, own: np.ndarray, ref: np.ndarray, run_l
         "vs_ref": ratio.median,
         "vs_ref_p20": ratio.p20,
         "vs_ref_p80": ratio.p80,
-        "reference": "logits copy, host perf_counter",
+        "reference": "logits exp, host perf_counter",
     }
 
 
@@ -102,7 +102,7 @@ def test_a_machine_5_percent_slower_in_the_second_run_compares_clean():
     full = result.table[result.table["variant"] == "full_softmax"]
     assert (full["ratio"] > 1.03).all() and (abs(full["anchored_ratio"] - 1) < 0.03).all()
     line = drift_line(result)
-    assert "reference (a copy of each case's logits, sampled in turn): new/base median 1.05" in line
+    assert "reference (logits exp, sampled in turn with each case): new/base median 1.05" in line
     assert "without the reference" not in line
     text = text_table(result)
     assert "vs ref" in text and "slower" not in text.split("rule:")[0]
@@ -129,12 +129,25 @@ def test_runs_without_the_reference_keep_todays_rule_and_say_so():
     assert set(old.table.loc[old.table["variant"] == "identity", "outcome"]) == {"slower"}
     assert set(old.table.loc[old.table["variant"] == "identity", "anchor"]) == {"baseline"}
     line = drift_line(old)
-    assert "none of the timed cases without the reference in both runs" in line and "earlier rule" in line
+    assert (
+        "none of the timed cases without the same reference in both runs" in line and "earlier rule" in line
+    )
     mixed = compare(frame(base), frame(new, reference=False), 0.05)  # an older base: its rows have none
     assert not mixed.table["by_reference"].any() and "earlier rule" in drift_line(mixed)
     some = compare(frame(base), pd.concat([frame(new[4:]), frame(new[:4], reference=False)]), 0.05)
     assert some.table["by_reference"].sum() == len(base) - 4  # one shape's rows from an older run
-    assert f"4 of the {len(base)} timed cases without the reference" in drift_line(some)
+    assert f"4 of the {len(base)} timed cases without the same reference" in drift_line(some)
+
+
+def test_a_base_whose_reference_was_another_workload_is_judged_by_the_earlier_rule():
+    """Format 2 sampled a copy of the logits as the reference; its drift is not the exp's, so a pair of
+    runs with different reference workloads is not judged against either."""
+    copy = [({**r, "reference": "logits copy, host"}, own, ref) for r, own, ref in sampled_run(11, 1.0)]
+    new = sampled_run(12, 1.055, run_label="run-b")
+    result = compare(frame(copy), frame(new), 0.05)
+    assert not result.table["by_reference"].any() and result.anchored.empty
+    assert "none of the timed cases without the same reference in both runs" in drift_line(result)
+    assert compare(frame(copy), frame(copy), 0.05).table["by_reference"].all()  # copy against copy: judged
 
 
 def write_run(folder: Path, cases: list[tuple[dict, np.ndarray, np.ndarray]], reference: bool = True) -> Path:
@@ -156,9 +169,13 @@ def test_the_cli_on_files_passes_a_drifted_pair_and_fails_a_slower_full_softmax(
     page = tmp_path / "compare.html"
     assert cli.main(["compare", str(base), str(drifted), "--fail-on", "5%", "--out", str(page)]) == 0
     printed = capsys.readouterr().out
-    assert "slower" not in printed.split("rule:")[0] and "reference (a copy of each case's logits" in printed
+    assert "slower" not in printed.split("rule:")[0] and "reference (logits exp, sampled in turn" in printed
     html = page.read_text()
-    assert "PASS: no regression." in html and "vs ref" in html and "reference (a copy of each" in html
+    assert (
+        "PASS: no regression." in html
+        and "vs ref" in html
+        and "reference (logits exp, sampled in turn" in html
+    )
     side = load_side(base)
     assert side[REF_SECONDS].map(len).eq(ROUNDS).all() and side["vs_ref"].notna().all()
     slow = write_run(tmp_path / "slow", sampled_run(9, 1.0, {"full_softmax": 1.1}, run_label="run-c"))
@@ -167,7 +184,7 @@ def test_the_cli_on_files_passes_a_drifted_pair_and_fails_a_slower_full_softmax(
     assert f"{SHAPES} slower" in printed
     old = write_run(tmp_path / "old", sampled_run(10, 1.0, run_label="run-d"), reference=False)
     assert cli.main(["compare", str(old), str(drifted), "--fail-on", "5%"]) in (0, 1)
-    assert "without the reference in both runs" in capsys.readouterr().out
+    assert "without the same reference in both runs" in capsys.readouterr().out
 
 
 def test_load_samples_reads_the_reference_samples_only_where_they_pair(tmp_path):
@@ -211,7 +228,8 @@ class FakeRunner:
 
 def reference(seconds: float, broken: bool = False) -> protocol.Reference:
     return protocol.Reference(
-        FakeSampler(seconds, broken), lambda ref, own, row: {"vs_ref": timing.paired_ratio(own, ref).median}
+        (FakeSampler(seconds, broken),),
+        lambda refs, own, row: {"vs_ref": timing.paired_ratio(own, refs[0]).median},
     )
 
 
@@ -233,11 +251,14 @@ def test_a_tiny_cpu_run_carries_the_reference_columns_and_samples(tmp_path, caps
     assert code == 0
     frame_ = pd.read_csv(out / "results.csv")
     ok = frame_[frame_["status"] == "ok"]
-    assert len(ok) and ok["reference"].str.startswith("logits copy, host perf_counter").all()
+    assert len(ok) and ok["reference"].str.startswith("logits exp, host thread CPU time").all()
     for column in ("ref_median_us", "vs_ref", "vs_ref_p20", "vs_ref_p80"):
         assert (ok[column] > 0).all(), column
     filled = ok[ok["batch"] > 0]
-    assert filled["copy_gbps_in_turn"].gt(0).all() and filled["pct_copy_in_turn"].gt(0).all()
+    assert filled["copy_us_in_turn"].gt(0).all() and filled["copy_gbps_in_turn"].gt(0).all()
+    assert filled["pct_copy_in_turn"].gt(0).all()
+    copied = 2 * filled["vocab"] * filled["batch"] * filled["dtype"].map({"float32": 4, "bfloat16": 2})
+    assert np.allclose(filled["copy_gbps_in_turn"], copied / filled["copy_us_in_turn"] / 1e3, rtol=1e-6)
     assert frame_.loc[frame_["status"] != "ok", "ref_median_us"].isna().all()
     lines = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(lines) == len(ok) and all(len(s["ref_seconds"]) == len(s["seconds"]) for s in lines)
@@ -249,7 +270,10 @@ def test_a_tiny_cpu_run_carries_the_reference_columns_and_samples(tmp_path, caps
     capsys.readouterr()
     assert cli.main(["compare", str(out), str(out), "--fail-on", "5%"]) == 0
     printed = capsys.readouterr().out
-    assert "sampled in turn): new/base median 1.000×" in printed and "without the reference" not in printed
+    assert (
+        "sampled in turn with each case): new/base median 1.000×" in printed
+        and "without the reference" not in printed
+    )
 
 
 def test_the_machine_drift_is_what_the_reference_and_the_run_agree_on():

@@ -40,10 +40,26 @@ def test_measure_stops_at_the_time_limit_with_at_least_three_samples():
 def test_sampler_for_cpu_uses_the_host_clock_and_the_cache_flush():
     x = inputs.make_logits("gaussian", 2, 100, torch.float32)
     prepared = execution.prepare("eager", variants.get("identity").select, x, 1)
-    cold = timing.sampler_for(prepared, CPU, Timing(l2="cold"))
-    hot = timing.sampler_for(prepared, CPU, Timing(l2="hot"))
-    assert cold.method == "host perf_counter" and cold.flush is not None and hot.flush is None
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # ops run in the calling thread: its CPU time
+        cold = timing.sampler_for(prepared, CPU, Timing(l2="cold"))
+        hot = timing.sampler_for(prepared, CPU, Timing(l2="hot"))
+        torch.set_num_threads(2)  # a pool does the work: the wall clock
+        pooled = timing.sampler_for(prepared, CPU, Timing(l2="cold"))
+    finally:
+        torch.set_num_threads(before)
+    assert cold.method == "host thread CPU time" and cold.flush is not None and hot.flush is None
+    assert pooled.method == "host perf_counter" and type(pooled) is timing.Sampler
     assert timing.flush_bytes(CPU) == 2 * CPU.cache_bytes
+
+
+def test_the_thread_clock_leaves_out_time_the_thread_did_not_run():
+    """A call that waits (as a call does while the scheduler runs another process on its core) costs
+    the wall clock its wait and the thread's CPU clock nothing."""
+    wall = timing.Sampler(lambda: time.sleep(0.02), None).sample()
+    own = timing.ThreadTimeSampler(lambda: time.sleep(0.02), None).sample()
+    assert wall >= 0.02 and own < 0.01
 
 
 def test_sample_clock_feeds_measured_durations_to_pytest_benchmark():

@@ -7,9 +7,10 @@ case (out of memory is a skip, anything else an error), stamped; a broken case n
 
 A `PairedRunner` prepares cases without timing them, so `run_in_turn` can sample the cases of one shape
 in turn and give each its speedup as a ratio of samples taken in the same seconds (`timing.paired_ratio`).
-A group may bring a `Reference` (kernel cases: a device copy of the case's logits), one more sampler in
-the turn: each row gets its figures and the row's time over it, round by round, so `perfsuite compare`
-can judge every variant, the baseline included, against a workload sampled in the same seconds.
+A group may bring a `Reference` (kernel cases: an exp of the case's logits, and a copy of them for the
+in-turn copy rate), more samplers in the turn: each row gets their figures and the row's time over the
+first, round by round, so `perfsuite compare` can judge every variant, the baseline included, against a
+workload sampled in the same seconds.
 """
 
 from __future__ import annotations
@@ -82,16 +83,18 @@ class PairedRunner(CaseRunner[CaseT], Protocol):
 SAMPLES = "sample_seconds"
 """The row key that carries a measured case's raw samples (seconds) to the run's samples log."""
 REF_SAMPLES = "ref_sample_seconds"
-"""The row key that carries the in-turn reference's raw samples (seconds, the same rounds as `SAMPLES`)."""
+"""The row key that carries the in-turn reference's raw samples (seconds, the same rounds as `SAMPLES`):
+the first of its workloads, the one rows are judged against."""
 
 
 @dataclass
 class Reference:
-    """A fixed workload sampled in turn with the cases of a group: its sampler, and the columns it gives a
-    row from (the reference's samples, the row's samples, the row's figures so far)."""
+    """Fixed workloads sampled in turn with the cases of a group: their samplers (the first is the one a
+    row is judged against), and the columns they give a row from (each workload's samples, the row's
+    samples, the row's figures so far)."""
 
-    sampler: timing.Sampler
-    figures: Callable[[timing.Samples, timing.Samples, dict[str, object]], dict[str, object]]
+    samplers: tuple[timing.Sampler, ...]
+    figures: Callable[[Sequence[timing.Samples], timing.Samples, dict[str, object]], dict[str, object]]
 
 
 def run_in_turn(
@@ -122,11 +125,12 @@ def run_in_turn(
             except Exception as exc:  # one broken case must not stop the others
                 rows[i].update(failure(exc))
         ref = _reference(reference) if ready else None
-        guard = _Guarded(ref.sampler) if ref else None
-        samplers = [t.sampler for t in ready.values()] + ([guard] if guard else [])
+        guards = [_Guarded(s) for s in ref.samplers] if ref else []
+        samplers = [t.sampler for t in ready.values()] + guards
         measured = timing.measure_each(samplers, settings, budgeted=len(ready)) if ready else []
         paired = all(isinstance(m, timing.Samples) for m in measured)  # all in turn (reference too)
-        ref_samples = measured.pop() if ref else None
+        ref_samples = measured[len(ready) :]
+        measured = measured[: len(ready)]
         samples: dict[int, timing.Samples] = {}
         for i, outcome in zip(ready, measured, strict=True):
             if isinstance(outcome, BaseException):
@@ -148,19 +152,14 @@ def run_in_turn(
                     speedup_p80=ratio.p80,
                     speedup_method="paired",
                 )
-        if (
-            ref is not None
-            and guard
-            and not guard.broken
-            and isinstance(ref_samples, timing.Samples)
-            and paired
-        ):
+        if ref is not None and guards and not any(g.broken for g in guards) and paired:
+            refs = [s for s in ref_samples if isinstance(s, timing.Samples)]
             for i, own in samples.items():
                 try:
-                    rows[i].update(ref.figures(ref_samples, own, rows[i]))
+                    rows[i].update(ref.figures(refs, own, rows[i]))
                 except Exception:  # the reference's figures never break a measured row
                     continue
-                rows[i][REF_SAMPLES] = list(ref_samples.seconds)
+                rows[i][REF_SAMPLES] = list(refs[0].seconds)
     finally:
         ready.clear()
         ref = None

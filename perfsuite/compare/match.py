@@ -6,12 +6,13 @@ A side holding one case several times keeps its last row (`duplicates` counts th
 
 The judged change of a case is its ratio, new median / base median, less the machine's drift between the
 runs (`judged_ratio`; `run_noise.machine_drift`: one figure per run, what the in-turn reference's median
-shift and the whole run's agree on). The in-turn reference is a copy of the case's logits sampled with
+shift and the whole run's agree on). The in-turn reference is an exp of the case's logits sampled with
 every group (`cases.kernel.KernelCaseRunner.prepare_reference`; the row's `vs_ref`): a machine that is
 slower in one run moves it and the run's cases alike, and that is not a regression of any variant, the
 baseline included. The anchored ratio (new vs_ref / base
-vs_ref) is shown beside the absolute one. Rows without the reference in both runs (results from before
-it, tensor-parallel rows) keep the rule as it was (an absolute whole-variant shift); `drift_line` says how
+vs_ref) is shown beside the absolute one. Rows without the same reference in both runs (results from
+before it, or with another reference workload, as format 2's copy; tensor-parallel rows) keep the rule
+as it was (an absolute whole-variant shift); `drift_line` says how
 many.
 
 Noise rule, for a case timed in both runs, with ratio = the judged change:
@@ -63,7 +64,7 @@ FAILING = ("slower", "parity worse", "broken")
 ORDER = ("broken", "parity worse", "slower", "noisy", "skipped now", "faster", "same", "not timed")
 NUMBERS = ("median_us", "p20_us", "p80_us", "bytes_model", "bytes_measured", "spread", "other_cores",
            "ref_median_us", "vs_ref", "vs_ref_p20", "vs_ref_p80")  # fmt: skip
-TEXTS = (*KEYS, "status", "verdict", "case_id", "reason", "run")
+TEXTS = (*KEYS, "status", "verdict", "case_id", "reason", "run", "reference")
 """A run's raw samples, beside its results (`run_dir.logs()`): {"case_id", "run", "seconds": [...]} a line."""
 SECONDS = "seconds"
 """The column `load_side` puts a case's raw samples in (a tuple of seconds; None without)."""
@@ -316,6 +317,12 @@ class Comparison:
         return float(ratios.median()) if len(ratios) else math.nan
 
 
+def workload(reference: object) -> str:
+    """The workload of a row's `reference` text ("logits exp, host perf_counter" -> "logits exp"; "" for
+    none): two runs are judged against the reference only where both sampled the same workload."""
+    return reference.split(",")[0].strip() if isinstance(reference, str) else ""
+
+
 def _outcome(row: pd.Series, threshold: float) -> str:
     base_ok, new_ok = row["base_status"] == "ok", row["new_status"] == "ok"
     if base_ok and row["new_status"] == "error":
@@ -400,6 +407,7 @@ def compare(
         "reason",
         "run",
         "unstable",
+        "reference",
         SECONDS,
         *NUMBERS,
     ]
@@ -418,7 +426,8 @@ def compare(
     table["ref_ratio"] = table["new_ref_median_us"] / table["base_ref_median_us"]
     table["anchored_ratio"] = table["new_vs_ref"] / table["base_vs_ref"]
     ok = (table["base_status"] == "ok") & (table["new_status"] == "ok")
-    table["by_reference"] = ok & np.isfinite(table["anchored_ratio"]) & (table["anchored_ratio"] > 0)
+    same = table["base_reference"].map(workload) == table["new_reference"].map(workload)
+    table["by_reference"] = ok & same & np.isfinite(table["anchored_ratio"]) & (table["anchored_ratio"] > 0)
     if len(table):  # the machine's drift first: every case's change is judged less it
         shape = [k for k in keys if k != "variant"]
         table = pd.concat([table, run_noise.judge(table, _timed_mask(table), shape, BASELINES)], axis=1)
@@ -510,8 +519,9 @@ def reference_text(comparison: Comparison) -> str:
             if len(ratios)
             else ""
         )
+        what = ", ".join(sorted(set(anchored["new_reference"].map(workload)) - {""})) or "unnamed"
         parts.append(
-            f"reference (a copy of each case's logits, sampled in turn): new/base median "
+            f"reference ({what}, sampled in turn with each case): new/base median "
             f"{_ratio_text(comparison.ref_drift)}{spread} over {len(anchored)} cases; the machine's drift "
             f"taken out of every case: {_ratio_text(comparison.machine_drift)} (what the reference and the "
             "whole run agree on)"
@@ -519,8 +529,9 @@ def reference_text(comparison: Comparison) -> str:
     if without:
         which = "none of the" if not len(anchored) else f"{without} of the {len(timed)}"
         parts.append(
-            f"{which} timed cases without the reference in both runs (results from before it): judged by "
-            "the earlier rule (a variant's whole shift absolute, not less the machine's drift)"
+            f"{which} timed cases without the same reference in both runs (results from before it, or "
+            "from a perfsuite whose reference was another workload): judged by the earlier rule (a "
+            "variant's whole shift absolute, not less the machine's drift)"
         )
     return "; ".join(parts)
 
@@ -631,7 +642,7 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
     if out["vs ref"].ne("").any():
         legend += (
             "\nratio: new / base median (what is judged); vs ref: new / base of the case's time over the "
-            "in-turn reference's (a copy of its logits, the same rounds), for reading: the reference's "
+            "in-turn reference's (an exp of its logits, the same rounds), for reading: the reference's "
             "run-wide shift is what a whole variant's shift must exceed"
         )
     else:

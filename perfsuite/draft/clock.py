@@ -1,7 +1,8 @@
 """How a draft cycle is timed, on top of `perfsuite.measure.timing`'s samplers.
 
 Two figures per case:
-- the cycle as an engine pays it (`cycle_*`): CPU: `time.perf_counter` around the call. GPU: device events
+- the cycle as an engine pays it (`cycle_*`): CPU: `timing.host_sampler` (the thread's CPU time with one
+  intra-op thread, else `time.perf_counter`) around the call. GPU: device events
   around the call with the device idle when it starts (flush or nothing, then a synchronize), so the
   kernels run as the host issues them: an eager cycle pays every launch, a graph cycle one graph launch
   (the cached graph replayed once per cycle, as engines do);
@@ -55,7 +56,7 @@ def cycle_sampler(call: Call, info: DeviceInfo, settings: Timing) -> timing.Samp
     """The engine-view sampler of one cycle (`call` is an eager/compiled cycle or a graph replay)."""
     flush = flusher(info, settings)
     if not info.is_gpu:
-        return timing.Sampler(call, flush)
+        return timing.host_sampler(call, flush)
     return LaunchBoundSampler(call, flush, torch.device(info.device))
 
 

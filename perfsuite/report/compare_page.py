@@ -148,7 +148,7 @@ def _table(comparison: Comparison) -> Table:
     ]  # fmt: skip
     caption = (
         "Failing cases first, then by the judged ratio. ratio: new / base median, what is judged; vs ref: "
-        "new / base of the case's time over the in-turn reference's (a copy of its logits sampled in the "
+        "new / base of the case's time over the in-turn reference's (an exp of its logits sampled in the "
         "same rounds; blank: no reference in both runs), for reading: a whole variant's shift counts only "
         "beyond the reference's. p: two-sided Mann-Whitney U test on the two runs' raw samples (blank "
         f"without them); spread: p20-p80 as a percent of the median, base → new, ! above "
@@ -212,7 +212,7 @@ def build_compare_page(
         f"a two-sided Mann-Whitney U test on them gives p < {ALPHA:g} (without samples: its new p20 is above "
         f"the base p80); a case unstable in either run (p20-p80 spread above {100 * UNSTABLE_SPREAD:.0f} % "
         "of its median) is noisy, never slower. A parity verdict that got worse (pass < inexact < fail) or "
-        "a case that now errors also fails. Where both runs sampled the in-turn reference (a copy of each "
+        "a case that now errors also fails. Where both runs sampled the in-turn reference (an exp of each "
         "case's logits, in the same rounds as its variants), every case, full_softmax included, is judged "
         "by its time over the reference's, so a machine slower in one run moves both and cancels; the "
         "absolute ratio stays beside it, and the reference's own shift is the machine's drift. Cases "

@@ -66,6 +66,7 @@ NUMERIC_COLUMNS = (
     "vs_ref",
     "vs_ref_p20",
     "vs_ref_p80",
+    "copy_us_in_turn",
     "copy_gbps_in_turn",
     "pct_copy_in_turn",
     "peak_temp_bytes",

@@ -10,7 +10,7 @@ import pandas as pd
 from perfsuite import variants
 from perfsuite.cases import kinds
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The result format this perfsuite writes and the newest it reads (`FORMAT_COLUMN` of every row and
 `run.json`); a row or file without it is format 1. Raise it, and add a line below, when a column changes
 meaning or goes away (a new column alone does not need it)."""
@@ -27,6 +27,13 @@ FORMAT_HISTORY: dict[int, str] = {
         "format_version on every row (results, tensor parallel, draft, samples) and in run.json; issue 24 "
         "added the in-turn reference (reference, ref_*_us, vs_ref*, copy_gbps_in_turn, pct_copy_in_turn; "
         "samples.jsonl's ref_seconds)"
+    ),
+    3: (
+        "issue 24: the in-turn reference is an exp of the logits ('logits exp', was 'logits copy': "
+        "ref_*_us, vs_ref* and ref_seconds are its figures), the copy sampled beside it (copy_us_in_turn, "
+        "copy_gbps_in_turn and pct_copy_in_turn from it); compare judges against the reference only rows "
+        "whose two runs sampled the same one; CPU times are the calling thread's CPU time with one "
+        "intra-op thread (timing 'host thread CPU time', was the wall clock)"
     ),
 }
 """One line per result format: what changed in it."""
@@ -56,7 +63,7 @@ RESULT_COLUMNS: dict[str, str] = {
     "samples": "timed samples behind the median (raw samples: samples.jsonl beside the results)",
     "spread": "(p80 - p20) / median: the dispersion of the samples",
     "unstable": "spread above 0.25 (timing.UNSTABLE_SPREAD): not a figure to rank or compare on",
-    "timing": "how it was timed: host perf_counter | device events | graph replay xN",
+    "timing": "how it was timed: host thread CPU time | host perf_counter | device events | graph replay xN",
     "speedup_vs_full": (
         "the baseline's time over this one: same path, shape, dtype, logits, tp and run; paired: the median "
         "of per-round ratios (the variants of a shape sampled in turn), else the ratio of medians"
@@ -90,8 +97,9 @@ RESULT_COLUMNS: dict[str, str] = {
     "pct_copy": "gbps as a percent of copy_gbps",
     "above_copy": "gbps above copy_gbps: the model counts bytes the device did not move, or copy_gbps is low",
     "reference": (
-        "the in-turn reference sampled with the variants of this shape and path: 'logits copy, <timing>' "
-        "(dst.copy_(logits) into a preallocated buffer; graph path: captured like the variants)"
+        "the in-turn reference sampled with the variants of this shape and path, what vs_ref and compare "
+        "judge against: 'logits exp, <timing>' (torch.exp(logits, out=dst) into a preallocated buffer; "
+        "graph path: captured like the variants; format 2: 'logits copy')"
     ),
     "ref_median_us": "the reference's median time in the same rounds as this row, microseconds",
     "ref_p20_us": "... its 20th percentile (raw samples: ref_seconds in samples.jsonl)",
@@ -99,7 +107,8 @@ RESULT_COLUMNS: dict[str, str] = {
     "vs_ref": "this row's time over the reference's, per round: the median (what `compare` judges)",
     "vs_ref_p20": "20th percentile of the per-round ratios to the reference",
     "vs_ref_p80": "80th percentile of the per-round ratios to the reference",
-    "copy_gbps_in_turn": "the reference's rate: 2 x the logits' bytes / ref_median_us, GB/s (read + write)",
+    "copy_us_in_turn": "median time of a copy of the logits (dst.copy_) sampled in the same rounds, us",
+    "copy_gbps_in_turn": "the in-turn copy's rate: 2 x the logits' bytes / copy_us_in_turn, GB/s (r + w)",
     "pct_copy_in_turn": "gbps as a percent of copy_gbps_in_turn (the one-read floor measured in turn)",
     "peak_temp_bytes": "peak memory the call allocates beyond its input (measured; graph: the captured ops)",
     "model_temp_bytes": "largest temporary by the variant's model",
