@@ -15,9 +15,7 @@ Three figures per matched case, from the comparison itself:
   alike, a change of the baseline's code moves it alone, and a change of one other variant's code does not
   make the baseline look faster. A case with
   neither is judged on the log ratio less the machine's drift (`anchor` "machine drift"), without the
-  reference on the plain log ratio. (The in-turn copy does not anchor single cases: on a shared CPU a
-  spell of contention slows the compute-bound selectors of a shape two- or threefold and barely moves a
-  copy of their logits.)
+  reference on the plain log ratio.
 - `noise`: the robust standard deviation (1.4826 x MAD around the median) of `judged` over the cases of the
   same variant judged the same way (`anchor`), with `NOISE_MIN_CASES` of them, else over all timed
   cases, else 0 (no floor). Around the median, so a change of all of a variant's cases still counts.
@@ -26,10 +24,10 @@ Three figures per matched case, from the comparison itself:
   over the same cases and the whole run's median shift agree on), and its standard error: a change of a
   whole variant that the baseline-anchored figure cancels, the baseline's included, while a uniform drift
   of the machine, which moves the reference and the run alike, is no shift. Without the reference
-  (results from before it) the shift is absolute, as it was. The reference anchors the shift, not
-  each case: per case a copy of the logits is far noisier than the variants (on the 2-core VM with a
-  core busy, its per-case new / base p20-p80 was 0.74-1.07 where the variants' was 0.83-1.07), while its
-  median over a run's cases is steadier.
+  (results from before it, or another reference workload) the shift is absolute, as it was. The
+  reference (an exp of the logits) anchors the run-wide shift, not each case: per case the variants stay
+  anchored to their baseline sampled in the same rounds, while the reference's median over a run's cases
+  is what follows the machine (docs/comparing.md has the A/A figures).
 
 A case clears the floor when `judged` lies beyond `NOISE_SIGMAS` x noise in the direction of its own
 change, or when its variant shifted as a whole that way by more than the threshold and `NOISE_SIGMAS`
@@ -127,8 +125,8 @@ def machine_drift(reference: float, run: float) -> float:
     """The machine's drift between two runs (a log ratio) as both witnesses saw it: the in-turn
     reference's median shift and the median shift of every case of the run. Where they agree in direction,
     the one nearer zero; where they disagree, none; without the reference, none. A drift only the reference
-    saw (a copy of the logits answers the machine's load differently from the selectors) is not taken out
-    of the variants, nor is one only the cases saw (a change of every variant's code is still a change)."""
+    saw is not taken out of the variants, nor is one only the cases saw (a change of every variant's code
+    is still a change)."""
     if reference is None or math.isnan(reference):
         return 0.0
     return float(agreed(reference, run))
