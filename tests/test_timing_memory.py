@@ -213,3 +213,29 @@ def test_copy_columns_carry_the_clocks_read_under_the_copies(monkeypatch):
     assert probed[-1] is None and columns[CPU]["copy_warmup_s"] == 0.0  # a CPU: nothing to probe
     assert all(math.isnan(columns[CPU][c]) for c in ("copy_sm_mhz", "copy_mem_mhz"))
     assert set(columns[h200]) <= set(RESULT_COLUMNS)
+
+
+class Counting(timing.Sampler):
+    """A sampler that returns its call count (from 1) and records what `settle` was handed."""
+
+    def __init__(self, every: int = 1):
+        super().__init__(lambda: None, None)
+        self.every, self.calls, self.settled_with = every, 0, None
+
+    def sample(self) -> float:
+        self.calls += 1
+        return float(self.calls)
+
+    def settle(self, seconds):
+        self.settled_with = list(seconds)
+        return tuple(2 * s for s in seconds)
+
+
+def test_a_sampler_sampled_every_few_rounds_sits_the_others_out():
+    every, always = Counting(every=4), Counting()
+    measured = timing.measure_in_turn([always, every], Timing(warmup=0, reps=9, max_seconds=10))
+    assert always.calls == 9 and every.calls == 3  # rounds 0, 4 and 8
+    got = measured[1].seconds
+    assert [i for i, s in enumerate(got) if not math.isnan(s)] == [0, 4, 8]
+    assert every.settled_with == [1.0, 2.0, 3.0] and measured[1].taken().seconds == (2.0, 4.0, 6.0)
+    assert measured[0].seconds == tuple(2.0 * (i + 1) for i in range(9))

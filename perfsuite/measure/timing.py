@@ -15,11 +15,13 @@ Figures are medians with p20/p80 over many samples, after warm-up. The variants 
 in turn (A B C, B C A, ...), so each speedup is a median of ratios of samples taken in the same seconds of
 machine time (`paired_ratio`); a case whose samples spread wider than `UNSTABLE_SPREAD` is flagged. A
 group's in-turn reference (an exp and a copy of the logits, `cases.protocol.Reference`) is two more
-samplers in the turn that share the group's time budget (`budgeted`).
+samplers in the turn that share the group's time budget (`budgeted`); the copy is sampled every few rounds
+(`Sampler.every`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -69,6 +71,11 @@ class Samples:
         if len(ordered) == 1:
             return ordered[0] * 1e6
         return statistics.quantiles(ordered, n=100, method="inclusive")[round(q * 100) - 1] * 1e6
+
+    def taken(self) -> Samples:
+        """The samples of the rounds the sampler ran in (one sampled every few rounds, `Sampler.every`,
+        has NaN in the others)."""
+        return Samples(tuple(s for s in self.seconds if not math.isnan(s)), self.method)
 
     @property
     def median_us(self) -> float:
@@ -161,6 +168,8 @@ class Sampler:
 
     method = "host perf_counter"
     clock: Callable[[], float] = staticmethod(time.perf_counter)
+    every = 1
+    """`measure_in_turn` samples it in every `every`-th round (the first included), NaN in the others."""
 
     def __init__(self, call: Call, flush: Callable[[], None] | None):
         self.call, self.flush = call, flush
@@ -315,10 +324,11 @@ def measure_in_turn(
     n = len(samplers)
     budget = timing.max_seconds * (n if budgeted is None else max(1, min(budgeted, n)))
     while True:
-        figures = [0.0] * n
+        figures = [math.nan] * n
         for i in range(n):
             at = (len(rounds) + i) % n
-            figures[at] = samplers[at].sample()
+            if len(rounds) % samplers[at].every == 0:
+                figures[at] = samplers[at].sample()
         elapsed = time.perf_counter() - start
         if agree is not None:
             *figures, elapsed = agree([*figures, elapsed])
@@ -330,9 +340,11 @@ def measure_in_turn(
 
 def settled(sampler: Sampler, seconds: Sequence[float]) -> tuple[float, ...]:
     """The sampler's final figures of these rounds (a duck-typed sampler without `settle`, e.g. a
-    tensor-parallel rank's: as sampled)."""
+    tensor-parallel rank's: as sampled); the rounds it sat out (NaN) stay NaN."""
+    taken = [s for s in seconds if not math.isnan(s)]
     settle = getattr(sampler, "settle", None)
-    return settle(seconds) if settle is not None else tuple(seconds)
+    final = iter(settle(taken) if settle is not None else taken)
+    return tuple(math.nan if math.isnan(s) else next(final) for s in seconds)
 
 
 def measure(sampler: Sampler, timing: Timing) -> Samples:
