@@ -7,7 +7,8 @@
 3. slowdown:  a third run with one variant (identity, eager) made 2x slower: flagged (its cases "slower",
               or "noisy" where a run's samples are unstable; none "same"; no other variant "slower").
 4. reference: full_softmax, eager, fp32, B 5, V 32000, k 3 (cache hot) against torch.utils.benchmark at the
-              same thread count, measured in turn in this process: perfsuite / torch within 0.8-1.25.
+              same thread count and on the same clock, measured in turn in this process: perfsuite / torch
+              within 0.8-1.25.
 
 Writes DIR/targets.md (the table below, with the machine's load) and the runs' folders; exit 0 when every
 target is met, 1 when one is missed, 2 on bad arguments. `--skip STEP` leaves a step out (repeatable).
@@ -114,6 +115,7 @@ def reference_ratios(rounds: int = 5) -> list[float]:
             "select(logits, 3)",
             globals={"select": select, "logits": logits},
             num_threads=torch.get_num_threads(),
+            timer=sampler.clock,  # the same clock (the thread's CPU time at one thread): the harness compared
         )
         theirs = timer.blocked_autorange(min_run_time=1.0).median * 1e6
         ratios.append(ours / theirs)
