@@ -428,14 +428,14 @@ def _write_check_csv(table: pd.DataFrame, path: str | None) -> None:
 def _cmd_variants(args: argparse.Namespace) -> int:
     for name in variants.names():
         v = variants.get(name)
-        print(f"{name:22s} {v.accuracy:8s} {v.summary}")
+        print(f"{name:22s} {v.accuracy:8s} NaN {v.nan:11s} {v.summary}")
     for name in variants.external_names():  # installed `perfsuite.selectors` entry points
         try:
             v = variants.get(name)
         except variants.ExternalSelectorError as exc:
             print(f"{name:22s} ERROR    {exc}")
             continue
-        print(f"{name:22s} {v.accuracy:8s} {v.summary}")
+        print(f"{name:22s} {v.accuracy:8s} NaN {v.nan:11s} {v.summary}")
     return EXIT_OK
 
 
