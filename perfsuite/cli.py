@@ -595,10 +595,13 @@ def parser() -> argparse.ArgumentParser:
         help="the conformance battery on selectors: edge shapes, non-finite rows, ties, dtypes, graphs",
         description="Run the conformance battery on each SELECTOR (a built-in variant, "
         "package.module:function or a perfsuite.selectors entry point) on this device: misaligned and tiny "
-        "vocabularies, poisoned row padding, offset data pointers, NaN/inf rows, ties, huge and subnormal "
-        "values, B = 0, int64 addressing, every dtype the selector declares, and on a GPU a graph "
-        "capture. One row per case, dtype and k: pass, FAIL with what went wrong, or skip with the reason. "
-        "Exit 1 on any failure, 0 otherwise, 2 when a selector does not load.",
+        "vocabularies (k up to V), poisoned row padding, offset data pointers, NaN/inf rows (judged by the "
+        "declared NaN policy), bit-level float patterns (signed zeros, one-ulp near-ties, subnormals, the "
+        "largest finite values), grammar masks, ties, huge values, B = 0, int64 addressing, every dtype the "
+        "selector declares, and on a GPU a graph capture and a side stream. Each call is made twice (bitwise "
+        "repeat) and some on other batches (batch invariance). One row per case, dtype and k: pass, FAIL "
+        "with what went wrong, or skip with the reason. Exit 1 on any failure, 0 otherwise, 2 when a "
+        "selector does not load.",
     )
     s.add_argument("selector", nargs="+", help="variant name, package.module:function or entry-point name")
     s.add_argument("--device", default="auto", help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N")

@@ -143,7 +143,8 @@ def _verdict(
         return failed("crash", first), {}
     verdict = judge(variant, logits, k, *first)
     if verdict.status == "FAIL":
-        rejudge = lambda rows: judge(variant, logits[rows], k, first[0][rows], first[1][rows]) == PASS  # noqa: E731
+        host = logits.cpu()
+        rejudge = lambda rows: judge(variant, host[rows], k, first[0][rows], first[1][rows]) == PASS  # noqa: E731
         excuse = interpreter.excused(verdict.text, logits, launched, rejudge)
         if excuse:
             verdict = skipped(excuse)
