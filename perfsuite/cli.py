@@ -611,7 +611,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--quick",
         action="store_true",
-        help="a subset for CI: two of the large vocabularies, two offsets, no split-crossing ties",
+        help="a subset for CI: two of the large vocabularies, V 1 and 2 of the tiny ones, two offsets, no "
+        "split-crossing ties",
     )
     s.set_defaults(func=_cmd_check)
 

@@ -289,7 +289,7 @@ def failing_cases(table: pd.DataFrame) -> set[str]:
 NEW_CASE_BUGS = [
     ("careless_radix", {"bit_patterns"}, "wrong_tie", "index 900, the lowest index of the tie is 100"),
     ("packed_31_bit_keys", {"bit_patterns"}, "wrong_topk", "row 2 slot 0: index 30 (logit 1) where"),
-    ("vector_of_four", {"vocab_1", "vocab_2", "vocab_3"}, "out_of_vocab", "index 3 outside [0, "),
+    ("vector_of_four", {"vocab_1", "vocab_2"}, "out_of_vocab", "index 3 outside [0, "),  # and vocab_3 (full)
     ("sparse_mask_path", {"masked"}, "wrong_topk", "row 2 slot 0"),
     ("nan_claimed_smallest", {"nan_one", "nan_and_posinf"}, "nan_order", "517 (logit nan) where NaN small"),
     ("batch_size_ties", {"bit_patterns", "masked", "ties_far"}, "batch_variant", "indices depend on its"),

@@ -70,4 +70,5 @@ def excused(
     if not bool(subnormal.any()) or not rejudge(~subnormal):
         return None
     rows = ", ".join(str(r) for r in subnormal.nonzero().flatten().tolist())
-    return f"{REASON} (it launched {launched} interpreted kernel(s); {verdict_text} on subnormal rows {rows})"
+    calls = f"its calls launched {launched} interpreted Triton kernel(s)"
+    return f"{REASON} ({calls}; {verdict_text} on subnormal rows {rows})"
