@@ -416,3 +416,14 @@ def test_only_interpreted_launches_on_bf16_subnormal_rows_are_excused():
     assert interpreter.excused("FAIL", logits.float(), 1, always) is None  # fp32 converts right
     assert interpreter.excused("FAIL", logits, 1, lambda rows: False) is None  # fails elsewhere too
     assert interpreter.subnormal_rows(logits).tolist() == [True, False]
+
+
+def test_a_preallocated_selector_cannot_overwrite_the_first_call_s_outputs():
+    """The repeat compares two calls: on a CPU too they are copies, not the adapter's reused buffers."""
+    from perfsuite import variants
+    from perfsuite.correctness import edge_cases
+
+    variant = variants.get("selectors_for_tests:preallocated_topk")
+    first = edge_cases.call(variant, torch.tensor([[1.0, 2.0, 3.0]]), 1)
+    edge_cases.call(variant, torch.tensor([[3.0, 2.0, 1.0]]), 1)
+    assert first[1].tolist() == [[2]]

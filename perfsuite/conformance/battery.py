@@ -201,11 +201,12 @@ def console(table: pd.DataFrame) -> str:
         checked = cells.groupby(["case", "k"], sort=False).agg(
             repeat=("repeat", _overall), batch=("batch_invariant", _overall), dp=("batch_max_dp", "max")
         )
-        wide["repeat"] = checked["repeat"]
-        wide["batch"] = [
+        shown = [
             f"{b} {dp:.2g}" if b and pd.notna(dp) else b
             for b, dp in zip(checked["batch"], checked["dp"], strict=True)
         ]
+        wide["repeat"] = checked["repeat"]
+        wide["batch"] = pd.Series(shown, index=checked.index)  # aligned on (case, k), as repeat
         lines.append(wide.reset_index().to_string(index=False))
     for r in table[table["verdict"] == "FAIL"].itertuples():
         lines.append(f"  FAIL {r.case} {r.dtype} k={_k(r.k)}: {r.detail}")
