@@ -428,14 +428,14 @@ def _write_check_csv(table: pd.DataFrame, path: str | None) -> None:
 def _cmd_variants(args: argparse.Namespace) -> int:
     for name in variants.names():
         v = variants.get(name)
-        print(f"{name:22s} {v.accuracy:8s} {v.summary}")
+        print(f"{name:22s} {v.accuracy:8s} NaN {v.nan:11s} {v.summary}")
     for name in variants.external_names():  # installed `perfsuite.selectors` entry points
         try:
             v = variants.get(name)
         except variants.ExternalSelectorError as exc:
             print(f"{name:22s} ERROR    {exc}")
             continue
-        print(f"{name:22s} {v.accuracy:8s} {v.summary}")
+        print(f"{name:22s} {v.accuracy:8s} NaN {v.nan:11s} {v.summary}")
     return EXIT_OK
 
 
@@ -595,10 +595,13 @@ def parser() -> argparse.ArgumentParser:
         help="the conformance battery on selectors: edge shapes, non-finite rows, ties, dtypes, graphs",
         description="Run the conformance battery on each SELECTOR (a built-in variant, "
         "package.module:function or a perfsuite.selectors entry point) on this device: misaligned and tiny "
-        "vocabularies, poisoned row padding, offset data pointers, NaN/inf rows, ties, huge and subnormal "
-        "values, B = 0, int64 addressing, every dtype the selector declares, and on a GPU a graph "
-        "capture. One row per case, dtype and k: pass, FAIL with what went wrong, or skip with the reason. "
-        "Exit 1 on any failure, 0 otherwise, 2 when a selector does not load.",
+        "vocabularies (k up to V), poisoned row padding, offset data pointers, NaN/inf rows (judged by the "
+        "declared NaN policy), bit-level float patterns (signed zeros, one-ulp near-ties, subnormals, the "
+        "largest finite values), grammar masks, ties, huge values, B = 0, int64 addressing, every dtype the "
+        "selector declares, and on a GPU a graph capture and a side stream. Each call is made twice (bitwise "
+        "repeat) and some on other batches (batch invariance). One row per case, dtype and k: pass, FAIL "
+        "with what went wrong, or skip with the reason. Exit 1 on any failure, 0 otherwise, 2 when a "
+        "selector does not load.",
     )
     s.add_argument("selector", nargs="+", help="variant name, package.module:function or entry-point name")
     s.add_argument("--device", default="auto", help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N")
@@ -608,7 +611,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--quick",
         action="store_true",
-        help="a subset for CI: two of the large vocabularies, two offsets, no split-crossing ties",
+        help="a subset for CI: two of the large vocabularies, V 1 and 2 of the tiny ones, two offsets, no "
+        "split-crossing ties",
     )
     s.set_defaults(func=_cmd_check)
 

@@ -25,9 +25,9 @@
 #   machine   30 s   est. 15 s   versions, device, datasheet peak and measured copy bandwidth (a cold
 #                                import of torch and triton, CUDA initialisation, the copy test)
 #   warm      60 s   est. 35 s   the compile plan, one worker per core (`perfsuite warm`): every
-#                                kernel key a later stage launches, 227 (was 195): the tune candidates
+#                                kernel key a later stage launches, 243 (was 195): the tune candidates
 #                                (105), the sweep (33) and its edge-case matrix (12), the draft cases (11),
-#                                the battery's Triton --quick cases (112); distinct 227 x 1.8 s / 16 cores
+#                                the battery's Triton --quick cases (128); distinct 243 x 1.8 s / 16 cores
 #                                + the workers' start
 #   kernels   25 s   est. 15 s   `perfsuite kernels` for this GPU's architecture only: registers, spills,
 #                                occupancy, load width (KERNEL_TARGETS="sm_90 gfx942" to choose)

@@ -69,7 +69,7 @@ num_steps = 2
 upcast = ["fp32", "none"]
 logits = "head"
 """
-TOTAL_KEYS = 227
+TOTAL_KEYS = 243
 
 
 def _scenario(tmp_path: Path, text: str) -> Path:
@@ -321,5 +321,5 @@ def test_the_stages_compile_plans_on_the_h200():
     battery = ["triton_auto", "triton_fused", "triton_split", "triton_argmax"]  # gpu_check.sh's CHECK_TRITON
     check = compile_plan.battery_units(battery, hw, cuda, quick=True)
     counts = [len(compile_plan.distinct(s)) for s in (tune, *sweep, draft, check)]
-    assert counts == [105, 33, 12, 0, 11, 112]
+    assert counts == [105, 33, 12, 0, 11, 128]
     assert len(compile_plan.distinct(tune, *sweep, draft, check)) == TOTAL_KEYS

@@ -10,8 +10,8 @@ import torch
 
 from perfsuite import variants
 from perfsuite.conformance import battery_cases as catalogue
-from perfsuite.conformance import graph_replay
-from perfsuite.conformance.judge import Verdict, failed, judge, skipped
+from perfsuite.conformance import consistency, graph_replay, interpreter, streams
+from perfsuite.conformance.judge import PASS, Verdict, failed, judge, skipped
 from perfsuite.correctness import edge_cases
 from perfsuite.scenario.inputs import DTYPE_ALIASES, dtype_name
 from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, dtype_names
@@ -19,15 +19,15 @@ from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, dtype
 DTYPES = (*SUPPORTED_DTYPES, *FP8_DTYPES)
 """Every logits dtype the battery knows (the float8 ones where this torch has them)."""
 COLUMNS = (
-    "selector", "case", "dtype", "k", "verdict", "finding", "detail", "batch", "vocab", "row_stride",
-    "offset", "description", "accuracy", "lowest_index_ties", "device", "seconds",
+    "selector", "case", "dtype", "k", "verdict", "finding", "detail", "repeat", "batch_invariant",
+    "batch_max_dp", "batch", "vocab", "row_stride", "offset", "description", "accuracy",
+    "lowest_index_ties", "nan", "device", "seconds",
 )  # fmt: skip
+"""`repeat`: the second call bitwise equal to the first (pass, FAIL, or empty where not called);
+`batch_invariant`: the same indices with the rows reversed and row 0 alone (cases marked `batch_check`),
+`batch_max_dp` the largest `topk_p` difference seen there (`consistency`)."""
 ALL_CASES = "*"
 NEEDS_GPU = "graph capture needs a GPU (CUDA or HIP)"
-INTERPRETER_BF16 = (
-    "Triton's CPU interpreter converts bf16 subnormals to float32 wrongly (a load-and-store kernel gives "
-    "1.14e-38 for 5.79e-39): run it on a GPU"
-)
 
 
 def dtype_of(name: str) -> torch.dtype:
@@ -55,6 +55,7 @@ def _row(variant: Variant, device: torch.device, dtype: torch.dtype, verdict: Ve
         "detail": verdict.detail,
         "accuracy": variant.accuracy,
         "lowest_index_ties": variant.lowest_index_ties,
+        "nan": variant.nan,
         "device": str(device),
         **where,
     }
@@ -98,8 +99,6 @@ def _case_rows(
     reason = ""
     if case.graph and device.type != "cuda":
         reason = NEEDS_GPU
-    elif case.name == "subnormal" and dtype == torch.bfloat16 and variant.untimed(device):
-        reason = INTERPRETER_BF16  # `untimed`: a Triton kernel in the interpreter
     else:
         try:
             logits = case.build(dtype, device)
@@ -108,6 +107,7 @@ def _case_rows(
     for k in case.topks():
         start = time.perf_counter()
         unclaimed = variant.unclaimed_k(k)
+        checks: dict = {}
         if unclaimed:
             verdict = skipped(unclaimed)
         elif logits is None:
@@ -115,21 +115,52 @@ def _case_rows(
         elif case.graph:
             verdict = graph_replay.replay_verdict(variant, logits, k)
         else:
-            verdict = _verdict(variant, logits, k)
+            verdict, checks = _verdict(variant, logits, k, device, batch_check=case.batch_check)
         layout = {}
         if logits is not None:
             offset = logits.storage_offset()
             layout = {"batch": logits.shape[0], "row_stride": logits.stride(0), "offset": offset}
         seconds = round(time.perf_counter() - start, 4)
-        yield _row(variant, device, dtype, verdict, **where, **layout, k=k, seconds=seconds)
+        yield _row(variant, device, dtype, verdict, **where, **layout, **checks, k=k, seconds=seconds)
     del logits
 
 
-def _verdict(variant: Variant, logits: torch.Tensor, k: int) -> Verdict:
-    out = edge_cases.call(variant, logits, k)
-    if isinstance(out, str):
-        return failed("crash", out)
-    return judge(variant, logits, k, *out)
+def _verdict(
+    variant: Variant, logits: torch.Tensor, k: int, device: torch.device, *, batch_check: bool
+) -> tuple[Verdict, dict]:
+    """The verdict on two calls on a side stream (on a GPU), and the consistency columns: the first call
+    judged (a failure the interpreter caused is a skip that says so), then the stream, the repeat and,
+    for `batch_check` cases, batch invariance; the first failure found is the verdict's."""
+
+    def twice() -> tuple:
+        with interpreter.launches() as launched:
+            first = edge_cases.call(variant, logits, k)
+            second = None if isinstance(first, str) else edge_cases.call(variant, logits, k)
+        return first, second, launched[0]
+
+    (first, second, launched), elsewhere = streams.on_side_stream(device, twice)
+    if isinstance(first, str):
+        return failed("crash", first), {}
+    verdict = judge(variant, logits, k, *first)
+    if verdict.status == "FAIL":
+        host = logits.cpu()
+        rejudge = lambda rows: judge(variant, host[rows], k, first[0][rows], first[1][rows]) == PASS  # noqa: E731
+        excuse = interpreter.excused(verdict.text, logits, launched, rejudge)
+        if excuse:
+            verdict = skipped(excuse)
+    repeat = consistency.repeat(first, second)
+    checks: dict = {"repeat": repeat.status}
+    found = [("wrong_stream", elsewhere)] if elsewhere else []
+    if repeat.status == "FAIL":
+        found.append(("not_repeatable", repeat.detail))
+    if batch_check:
+        invariance = consistency.batch(variant, logits, k, first)
+        checks |= {"batch_invariant": invariance.status, "batch_max_dp": invariance.max_dp}
+        if invariance.status == "FAIL":
+            found.append(("batch_variant", invariance.detail))
+    if found and verdict.status != "FAIL":
+        verdict = failed(*found[0])
+    return verdict, checks
 
 
 def run(name: str, device: torch.device | str = "cpu", **options) -> pd.DataFrame:
@@ -155,7 +186,8 @@ def console(table: pd.DataFrame) -> str:
         return "no rows"
     variant = table.iloc[0]
     ties = "lowest-index ties" if variant["lowest_index_ties"] else "ties in any order"
-    lines = [f"{variant['selector']}: {variant['accuracy']}, {ties}, on {variant['device']}"]
+    nan = f"NaN {variant['nan']}"
+    lines = [f"{variant['selector']}: {variant['accuracy']}, {ties}, {nan}, on {variant['device']}"]
     cells = table[table["case"] != ALL_CASES].copy()
     if len(cells):
         cells["cell"] = [
@@ -166,6 +198,15 @@ def console(table: pd.DataFrame) -> str:
             index=["case", "k"], columns="dtype", values="cell", aggfunc="first", sort=False
         ).fillna("")
         wide.columns.name = None
+        checked = cells.groupby(["case", "k"], sort=False).agg(
+            repeat=("repeat", _overall), batch=("batch_invariant", _overall), dp=("batch_max_dp", "max")
+        )
+        shown = [
+            f"{b} {dp:.2g}" if b and pd.notna(dp) else b
+            for b, dp in zip(checked["batch"], checked["dp"], strict=True)
+        ]
+        wide["repeat"] = checked["repeat"]
+        wide["batch"] = pd.Series(shown, index=checked.index)  # aligned on (case, k), as repeat
         lines.append(wide.reset_index().to_string(index=False))
     for r in table[table["verdict"] == "FAIL"].itertuples():
         lines.append(f"  FAIL {r.case} {r.dtype} k={_k(r.k)}: {r.detail}")
@@ -175,6 +216,12 @@ def console(table: pd.DataFrame) -> str:
         lines.append(f"  skip {case} ({dtypes}): {reason}")
     lines.append(f"{variant['selector']}: {counts(table)} in {table['seconds'].sum():.1f} s")
     return "\n".join(lines)
+
+
+def _overall(statuses: pd.Series) -> str:
+    """A check's cell over the dtypes: FAIL if any failed, pass if any passed, empty where none ran."""
+    seen = set(statuses.dropna()) - {""}
+    return "FAIL" if "FAIL" in seen else "pass" if "pass" in seen else ""
 
 
 def _k(value: object) -> str:

@@ -49,6 +49,7 @@ class Case:
     ks: tuple[int, ...] = (1, 8)
     quick: bool = True
     graph: bool = False  # captured in a CUDA/HIP graph and replayed (GPUs only)
+    batch_check: bool = False  # also called on its rows reversed and on its first row alone
 
     def topks(self) -> list[int]:
         """The k values it runs with (k never above V)."""
@@ -172,6 +173,66 @@ def _int64_addressing(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         raise Skip(f"cannot allocate a {gib:.1f} GiB buffer: {str(exc).splitlines()[0][:120]}") from None
 
 
+BIT_PATTERN_ROWS = (
+    "signed zeros tie at the top",
+    "signed zeros tie at the k-th place",
+    "one ulp apart at the top",
+    "subnormal maxima",
+    "the largest finite values",
+    "+inf beside the largest finite value",
+)
+"""What each row of `bit_patterns` holds, by row."""
+
+
+def _bits(value: float, dtype: torch.dtype, ulps: int) -> float:
+    """The `dtype` value `ulps` steps from the positive `value` (its bit pattern plus `ulps`), as a float."""
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32}[dtype.itemsize]
+    pattern = torch.tensor([value]).to(dtype).view(ints) + ulps
+    return float(pattern.view(dtype).float())
+
+
+def _bit_patterns(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """One row per `BIT_PATTERN_ROWS` entry, the rest of each row below the values placed in it, and
+    every value placed exactly representable in `dtype` (each tie and near-tie is one in the dtype)."""
+    vocab = edge_cases.EDGE_VOCAB
+    info = torch.finfo(dtype)
+    below = -1 - torch.rand((len(BIT_PATTERN_ROWS), vocab), generator=_generator("bit_patterns"))
+    x = below.clone()
+    x[0, [100, 900]] = torch.tensor([-0.0, 0.0])  # equal: the lowest index, 100, is first
+    x[1, 500:507] = torch.arange(7, 0, -1).float()  # 7 values above the zeros, then +0.0 at 10, -0.0 at 20
+    x[1, [10, 20]] = torch.tensor([0.0, -0.0])  # the other order: -0.0 put above +0.0 misses 10
+    one = _bits(1.0, dtype, 0)
+    x[2, [30, 800]] = torch.tensor([one, _bits(1.0, dtype, 1)])  # 800 is one ulp above 30
+    x[2, 31:40] = 0.5
+    tiny = info.tiny * info.eps  # the smallest subnormal
+    x[3, [5, 50, 700, 701]] = torch.tensor([tiny, 2 * tiny, 3 * tiny, 3 * tiny])  # two maxima, subnormal
+    x[4, [3, 600]] = torch.tensor([_bits(info.max, dtype, -1), info.max])  # max one ulp above its neighbour
+    x[4, 601] = float("-inf")
+    x[5, [2, 9]] = torch.tensor([info.max, float("inf")])
+    return place(x, dtype, device)
+
+
+def _tiny_vocab_ks(vocab: int) -> tuple[int, ...]:
+    """Every k up to V for the smallest vocabularies, and 1, 8, V-1, V for V = 17."""
+    return tuple(range(1, vocab + 1)) if vocab <= 3 else (1, 8, vocab - 1, vocab)
+
+
+MASKED_ROWS = (("50 % -inf", 0.5), ("90 % -inf", 0.9), ("99 % -inf", 0.99), ("3 finite logits", 3))
+"""The rows of `masked`: a share of the row masked to -inf, or how many finite logits are left."""
+
+
+def _masked() -> torch.Tensor:
+    """Grammar-style masks: each row's finite logits at random places (`MASKED_ROWS`), the rest -inf."""
+    vocab = 4099
+    gen = _generator("masked")
+    x = torch.randn((len(MASKED_ROWS), vocab), generator=gen)
+    for row, (_, share) in enumerate(MASKED_ROWS):
+        kept = share if isinstance(share, int) else round(vocab * (1 - share))
+        masked = torch.randperm(vocab, generator=gen)[kept:]
+        x[row, masked] = float("-inf")
+    return x
+
+
 def catalogue() -> list[Case]:
     """Every case of the battery, in the order they are run and shown."""
     cases: list[Case] = []
@@ -183,6 +244,18 @@ def catalogue() -> list[Case]:
                 vocab,
                 _placed(lambda v=vocab: ordinary(f"vocab_{v}", 3, v)),
                 quick=vocab in (8193, 151666),
+                batch_check=vocab == 8193,
+            )
+        )
+    for vocab in (1, 2, 3, 17):
+        cases.append(
+            Case(
+                f"vocab_{vocab}",
+                f"tiny vocabulary V={vocab}, k up to V",
+                vocab,
+                _placed(lambda v=vocab: ordinary(f"vocab_{v}", 3, v)),
+                ks=_tiny_vocab_ks(vocab),
+                quick=vocab <= 2,  # V = 3 and 17: 30 more Triton compile keys, the full battery only
             )
         )
     for vocab in (7, 100):
@@ -192,6 +265,7 @@ def catalogue() -> list[Case]:
                 f"V={vocab}, below one tile",
                 vocab,
                 _placed(lambda v=vocab: ordinary(f"vocab_{v}", 3, v)),
+                batch_check=vocab == 7,
             )
         )
     for vocab, stride in ((1031, 1088), (151666, 151680)):
@@ -225,9 +299,14 @@ def catalogue() -> list[Case]:
              _placed(_all_negative)),
         Case("subnormal", "subnormal logits of the dtype, one largest (flushing them to 0 ties them)", 4099,
              _subnormal),
-        Case("ties_far", "equal maxima at 3 and V-5, and at 0, V/2, V-1 (V=8193)", 8193, _placed(_ties_far)),
+        Case("bit_patterns", f"rows: {'; '.join(BIT_PATTERN_ROWS)} (V={edge_cases.EDGE_VOCAB})",
+             edge_cases.EDGE_VOCAB, _bit_patterns, batch_check=True),
+        Case("masked", f"grammar masks, rows: {'; '.join(r for r, _ in MASKED_ROWS)} (V=4099)", 4099,
+             _placed(_masked), batch_check=True),
+        Case("ties_far", "equal maxima at 3 and V-5, and at 0, V/2, V-1 (V=8193)", 8193, _placed(_ties_far),
+             batch_check=True),
         Case("ties_across_splits", "24 equal maxima spread over the row; 12 ties for slots 5..7 (V=32771)",
-             32771, _placed(_ties_across_splits), quick=False),
+             32771, _placed(_ties_across_splits), quick=False, batch_check=True),
         Case("batch_zero", "B = 0", 1031, _placed(lambda: torch.empty((0, 1031)))),
         Case("int64_addressing", f"rows {INT64_STRIDE} elements apart: offsets past 2^31 and 2^32", 1031,
              _int64_addressing),

@@ -14,12 +14,16 @@ FINDINGS: dict[str, str] = {
     "out_of_vocab": "out-of-vocabulary index",
     "wrong_topk": "wrong top-k",
     "wrong_tie": "wrong tie",
+    "nan_order": "NaN against the declared policy",
     "nan_prob": "NaN where a number was due",
     "wrong_prob": "wrong probability",
     "bad_output": "wrong output shape or dtype",
     "crash": "crash",
     "graph_differs": "graph replay differs",
     "host_sync": "host sync in capture",
+    "wrong_stream": "work on another stream",
+    "not_repeatable": "differs from call to call",
+    "batch_variant": "depends on the batch",
 }
 """What can go wrong, in the order a selection is judged (the first one found is the verdict's)."""
 JUDGED_PROBABILITIES = ("exact", "rounded")
@@ -65,6 +69,40 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
+def nan_order(logits: torch.Tensor, policy: str) -> torch.Tensor:
+    """`[B, V]` column order of each row by the NaN `policy` ("largest": NaN first, "smallest": NaN last),
+    then descending value, ties to the lowest index (a stable sort: NaNs keep index order too)."""
+    x = logits.double()
+    nan = torch.isnan(x)
+    by_value = torch.sort(x.nan_to_num(nan=0.0), dim=-1, descending=True, stable=True).indices
+    first = nan.gather(-1, by_value) if policy == "largest" else ~nan.gather(-1, by_value)
+    return by_value.gather(-1, torch.sort(first.byte(), dim=-1, descending=True, stable=True).indices)
+
+
+def _nan_rows(
+    variant: Variant, host: torch.Tensor, k: int, topk_index: torch.Tensor
+) -> tuple[str, str] | None:
+    """The finding on the rows holding a NaN, judged by the selector's declared NaN policy (none when it
+    declares none): each slot's index the policy's, or (without a lowest-index claim) a tie of it."""
+    rows = torch.isnan(host).any(dim=-1).nonzero().flatten()
+    if variant.nan == "unspecified" or not len(rows):
+        return None
+    x = host[rows].double()
+    want = nan_order(x, variant.nan)[:, :k]
+    index = topk_index[rows]
+    got_v, want_v = x.gather(-1, index), x.gather(-1, want)
+    same = index == want
+    if not variant.lowest_index_ties:  # any of the equal logits (NaNs equal to one another) will do
+        same |= (got_v == want_v) | (torch.isnan(got_v) & torch.isnan(want_v))
+    if bool(same.all()):
+        return None
+    describe = lambda r, s: (  # noqa: E731
+        f"index {int(index[r, s])} (logit {_fmt(got_v[r, s])}) where NaN {variant.nan} puts "
+        f"{int(want[r, s])} (logit {_fmt(want_v[r, s])})"
+    )
+    return "nan_order", _example(~same, describe, rows)
+
+
 def judge(
     variant: Variant, logits: torch.Tensor, k: int, topk_p: torch.Tensor, topk_index: torch.Tensor
 ) -> Verdict:
@@ -90,6 +128,9 @@ def judge(
         found.append(("wrong_topk", _example(repeated, lambda r, s: f"index {int(ordered[r, s])} twice")))
 
     host = logits.cpu()
+    nan_found = _nan_rows(variant, host.float() if host.dtype.itemsize == 1 else host, k, topk_index)
+    if nan_found:
+        found.append(nan_found)
     ref = parity.reference(host.float() if host.dtype.itemsize == 1 else host, k)  # fp8: exact upcast
     rows = ref.finite.nonzero().flatten()  # undefined rows (NaN, +inf, all -inf): indices only, above
     if len(rows):

@@ -101,10 +101,11 @@ def _same(a: Outputs, b: Outputs, dtype: torch.dtype) -> bool:
 
 
 def call(variant: variants.Variant, logits: torch.Tensor, k: int) -> Outputs | str:
-    """The variant's outputs copied to the CPU, or the exception it raised, in one line."""
+    """The variant's outputs copied to the CPU (copies on a CPU too: a selector writing into preallocated
+    outputs overwrites them on its next call), or the exception it raised, in one line."""
     try:
         p, idx = variant(logits, k)
-        return p.cpu(), idx.cpu()
+        return p.to("cpu", copy=True), idx.to("cpu", copy=True)
     except Exception as exc:  # recorded as a crash instead of stopping
         return first_line(exc).rstrip(": ")
 

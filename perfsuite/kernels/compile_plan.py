@@ -194,8 +194,9 @@ def battery_units(
 ) -> list[Warmup]:
     """The Triton launches of `perfsuite check SELECTORS [--case ...] [--dtype ...] [--quick]` on
     `device`: each case's logits built as the battery builds them (on the CPU: the same strides and
-    offsets), for every dtype the selector claims and every k of the case."""
-    from perfsuite.conformance import battery
+    offsets), for every dtype the selector claims and every k of the case, and for a `batch_check` case
+    its other batches (`consistency.other_batches`: the rows reversed, row 0 alone)."""
+    from perfsuite.conformance import battery, consistency
     from perfsuite.conformance import battery_cases as catalogue
 
     plan_for = plan_functions()
@@ -214,10 +215,14 @@ def battery_units(
                 logits = case.build(dtype, torch.device("cpu"))
             except catalogue.Skip:
                 continue
+            batches = [logits] + [
+                rows for _, rows, _ in consistency.other_batches(logits) if case.batch_check
+            ]
             for k in case.topks():
                 for name in users:
                     if not variants.get(name).unclaimed_k(k):
-                        found += logits_units(name, logits, k, hw, f"{name} check {case.name} k{k}")
+                        for rows in batches:
+                            found += logits_units(name, rows, k, hw, f"{name} check {case.name} k{k}")
             del logits
     return found
 

@@ -4,7 +4,8 @@
 
 It stands in for the part of `torch.cuda` perfsuite uses: device count and properties, `torch.version`'s
 cuda / hip, timing events on a host clock, streams, `_sleep`, synchronisation, graph capture and replay
-with graph memory pools (`graphs`), allocator statistics and free memory, NVTX ranges (`runtime`).
+with graph memory pools (`graphs`), allocator statistics and free memory, NVTX ranges, and the stream
+each kernel runs on (`runtime`).
 Tensors asked for on `cuda` live on the CPU and say they are on `cuda:0` (`tensors`); Triton kernels run
 in Triton's interpreter, and their launches are graph nodes. Where CUDA has rules (no host synchronisation
 during capture, replays on the captured addresses, no host tensor in a device op) the simulation enforces
@@ -70,6 +71,11 @@ def kernel_counts() -> tuple[int, int]:
     """(kernels run, host launch calls) on the simulated GPU so far."""
     st = runtime.state()
     return st.kernels, st.launches
+
+
+def kernels_by_stream() -> dict[object, int]:
+    """Kernels run on the simulated GPU so far, by the stream that was current when each ran."""
+    return dict(runtime.state().by_stream)
 
 
 def timing_label() -> str:
@@ -208,6 +214,7 @@ __all__ = [
     "install",
     "install_from_env",
     "kernel_counts",
+    "kernels_by_stream",
     "simulated",
     "timing_label",
     "uninstall",

@@ -62,6 +62,7 @@ class State:
     replaying: int = 0  # > 0 while a graph replays its kernels
     invalidated: str = ""  # what invalidated the capture in progress ("" while it is valid)
     stream: Stream = field(default_factory=lambda: DEFAULT_STREAM)  # the current stream
+    by_stream: dict[Stream, int] = field(default_factory=dict)  # kernels run, by the stream current then
 
     @property
     def capturing(self) -> bool:
@@ -97,12 +98,14 @@ def suspended() -> Iterator[None]:
 
 
 def kernel_ran(replayed: bool = False) -> None:
-    """Count one kernel; an eager one is also a launch call (a replayed one was launched by its graph)."""
+    """Count one kernel, and the stream it runs on (the current one); an eager one is also a launch call
+    (a replayed one was launched by its graph)."""
     st = STATE
     if st is None or st.suspended or (st.capture is not None):
         return  # a kernel's own host work, or a capture (recorded, run by the replays)
     st.kernels += 1
     st.launches += 0 if replayed else 1
+    st.by_stream[st.stream] = st.by_stream.get(st.stream, 0) + 1
 
 
 # ------------------------------------------------------------------------------------------ memory
@@ -198,7 +201,8 @@ def synchronize(device: object = None) -> None:
 
 
 class Stream:
-    """`torch.cuda.Stream`: one queue in the simulation (work is synchronous), kept for its API."""
+    """`torch.cuda.Stream`: one queue in the simulation (work is synchronous), kept for its API and for
+    the record of which stream each kernel ran on (`State.by_stream`)."""
 
     def __init__(self, device: object = None, priority: int = 0, **kwargs: object):
         self.device = torch.device("cuda", 0)

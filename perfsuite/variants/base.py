@@ -16,6 +16,11 @@ Accuracy = Literal["exact", "rounded", "inexact"]
 rounded: probabilities rounded to the input dtype before selection (the engines' baseline).
 inexact: the indices follow the logits order but `topk_p` is not a probability (argmax_ones)."""
 
+NanPolicy = Literal["unspecified", "largest", "smallest"]
+"""Where a selector ranks NaN logits: "largest" above every number, +inf included (torch.argmax,
+torch.topk); "smallest" below every number, -inf included (SGLang's kernels); "unspecified": no claim."""
+NAN_POLICIES: tuple[str, ...] = ("unspecified", "largest", "smallest")
+
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """The logits dtypes every built-in variant accepts (an external selector may declare others)."""
 FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
@@ -108,6 +113,8 @@ class Variant:
     """The logits dtypes it accepts; others are refused by `check_inputs` (the battery: "not claimed")."""
     max_k: int | None = None
     """The largest topk it supports (an argmax kernel: 1); None: any."""
+    nan: NanPolicy = "unspecified"
+    """Where it ranks NaN logits (`NanPolicy`): the battery judges the indices of NaN rows by it."""
 
     @property
     def exact(self) -> bool:

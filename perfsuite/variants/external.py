@@ -29,6 +29,9 @@ Contract keys:
                      records them as "not claimed", not as failures
   max_k              None (default: any k) | the largest topk it supports (1 for an argmax kernel): a
                      case or battery row with a larger k is a skip ("not claimed"), never a call
+  nan                "unspecified" (default) | "largest" (NaN above every number, as torch.argmax) |
+                     "smallest" (NaN below every number, -inf included, as SGLang's kernels): where
+                     it ranks NaN logits; `perfsuite check` judges the indices of NaN rows by it
   summary            free text for `perfsuite variants` and the report
 
 An indices-only selector claims nothing about probabilities: the adapter fills `topk_p` with 1.0 (as
@@ -53,6 +56,7 @@ import torch
 from perfsuite.console import first_line
 from perfsuite.variants.base import (
     FP8_DTYPES,
+    NAN_POLICIES,
     SUPPORTED_DTYPES,
     Traffic,
     Variant,
@@ -68,6 +72,7 @@ ALLOWED: dict[str, tuple[Any, ...]] = {
     "index_dtype": ("int64", "int32"),
     "preallocated": (False, True),
     "lowest_index_ties": (True, False),
+    "nan": NAN_POLICIES,
 }
 HOW_TO_DECLARE = (
     "decorate it with @perfsuite.variants.external.selector(accuracy='exact'|'rounded'|'inexact', ...) "
@@ -95,6 +100,7 @@ class Contract:
     summary: str = ""
     dtypes: tuple[str, ...] = DEFAULT_DTYPES
     max_k: int | None = None
+    nan: str = "unspecified"
 
     @property
     def indices_only(self) -> bool:
@@ -180,6 +186,7 @@ def selector(
     summary: str = "",
     dtypes: tuple[str, ...] | list[str] = DEFAULT_DTYPES,
     max_k: int | None = None,
+    nan: str = "unspecified",
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a function a top-k selector perfsuite can measure; returns the function unchanged, with
     its `Contract` in `__perfsuite_selector__`. A bad value raises `ExternalSelectorError` at once."""
@@ -192,6 +199,7 @@ def selector(
         "summary": summary,
         "dtypes": dtypes,
         "max_k": max_k,
+        "nan": nan,
     }
 
     def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -297,6 +305,7 @@ def adapt(name: str, fn: Callable[..., Any], declared: Contract) -> Variant:
         available=always_available,
         dtypes=declared.torch_dtypes,
         max_k=declared.max_k,
+        nan=declared.nan,  # type: ignore[arg-type]
     )
 
 
@@ -321,6 +330,8 @@ def summary_of(fn: Callable[..., Any], declared: Contract) -> str:
         shape.append(f"logits {', '.join(declared.dtypes)}")
     if declared.max_k is not None:
         shape.append(f"topk <= {declared.max_k}")
+    if declared.nan != "unspecified":
+        shape.append(f"NaN {declared.nan}")
     shape.append("bytes model = ideal traffic (its passes are not known)")
     shape.append("memory check assumes one [B, V] fp32 temporary")
     return f"{own} [external: {'; '.join(shape)}]"

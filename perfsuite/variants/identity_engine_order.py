@@ -37,5 +37,6 @@ VARIANT = Variant(
     accuracy="exact",
     traffic=traffic,
     summary="identity in torch's top-k order (ties as torch.topk gives them, no repair pass), torch ops",
+    nan="largest",  # NaN above every number, as torch.argmax / torch.topk
     lowest_index_ties=False,
 )

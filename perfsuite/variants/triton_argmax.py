@@ -61,6 +61,7 @@ VARIANT = Variant(
     accuracy="inexact",
     traffic=traffic,
     summary="Triton argmax on triton_auto's plans, one pass, topk_p = 1.0; lowest index, NaN wins (inexact)",
+    nan="largest",  # NaN above every number, as torch.argmax / torch.topk
     lowest_index_ties=True,
     available=availability,
     untimed=untimed,

@@ -51,6 +51,7 @@ VARIANT = Variant(
     accuracy="exact",
     traffic=traffic,
     summary="Triton, fused or split picked by shape and SM count (the fastest exact kernel by heuristic)",
+    nan="largest",  # NaN above every number, as torch.argmax / torch.topk
     lowest_index_ties=True,
     available=availability,
     untimed=untimed,

@@ -45,6 +45,7 @@ VARIANT = Variant(
     accuracy="exact",
     traffic=traffic,
     summary="Triton, one program per row, one pass: online softmax + running top-k (exact, no temporaries)",
+    nan="largest",  # NaN above every number, as torch.argmax / torch.topk
     lowest_index_ties=True,
     available=availability,
     untimed=untimed,

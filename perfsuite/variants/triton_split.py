@@ -58,6 +58,7 @@ VARIANT = Variant(
     accuracy="exact",
     traffic=traffic,
     summary="Triton, rows split over (B, n_splits) programs into partial max/sum/top-k, then a merge kernel",
+    nan="largest",  # NaN above every number, as torch.argmax / torch.topk
     lowest_index_ties=True,
     available=availability,
     untimed=untimed,

@@ -136,3 +136,105 @@ def aligned_only(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
         raise ValueError(f"vocab {logits.shape[-1]} must be a multiple of 8\n(a second line)")
     index = _top(logits, k)
     return _softmax_at(logits, index), index
+
+
+def _radix_keys(x: torch.Tensor) -> torch.Tensor:
+    """The fp32 upcast's bit patterns as int64 keys that sort as the floats do, but for -0.0 < +0.0: the
+    radix-select mapping without the step that makes the two zeros one key."""
+    bits = x.float().view(torch.int32).long() & 0xFFFFFFFF
+    return torch.where(bits >= 1 << 31, 0xFFFFFFFF - bits, bits + (1 << 31))
+
+
+def _top_keys(keys: torch.Tensor, k: int) -> torch.Tensor:
+    return torch.sort(keys, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+@selector(accuracy="exact")
+def careless_radix(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Radix-select order keys from the float bits, -0.0 left below +0.0 (they are equal: the lower index
+    must win a tie of the two)."""
+    index = _top_keys(_radix_keys(logits), k)
+    return _softmax_at(logits, index), index
+
+
+@selector(accuracy="exact")
+def packed_31_bit_keys(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Order keys packed into 31 bits (a flag in the lowest): the fp32 value's last mantissa bit is
+    dropped, so values one ulp apart tie and the lower index wins."""
+    keys = _radix_keys(logits + 0.0) & ~1  # + 0.0: -0.0 becomes +0.0, the careful step
+    index = _top_keys(keys, k)
+    return _softmax_at(logits, index), index
+
+
+VECTOR = 4
+
+
+@selector(accuracy="exact")
+def vector_of_four(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loads 4-wide vectors, the last one masked, but a row shorter than one vector takes a path without
+    the mask: the whole vector is read, past V into what follows the row."""
+    batch, vocab = logits.shape
+    if vocab < VECTOR:
+        logits = torch.as_strided(logits, (batch, VECTOR), (logits.stride(0), 1), logits.storage_offset())
+    index = _top(logits, k)
+    return _softmax_at(logits, index), index
+
+
+SPARSE_SHARE = 0.9
+
+
+@selector(accuracy="exact")
+def sparse_mask_path(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows over 90 % masked (-inf) take a compacted path that returns the chosen finite tokens in index
+    order, never sorted by value (the -inf padding after them, lowest index first, is right)."""
+    index = _top(logits, k)
+    finite = torch.isfinite(logits.gather(-1, index))
+    by_index = torch.sort(torch.where(finite, index, index + logits.shape[-1]), dim=-1).values
+    unsorted = torch.where(by_index >= logits.shape[-1], by_index - logits.shape[-1], by_index)
+    sparse = (logits == float("-inf")).float().mean(dim=-1, keepdim=True) > SPARSE_SHARE
+    index = torch.where(sparse, unsorted, index)
+    return _softmax_at(logits, index), index
+
+
+def _tie_order(logits: torch.Tensor, k: int, highest_first: bool) -> torch.Tensor:
+    """Top-k indices, ties to the lowest index, or to the highest with `highest_first`."""
+    return logits.shape[-1] - 1 - _top(logits.flip(-1), k) if highest_first else _top(logits, k)
+
+
+_CALLS = [0]
+
+
+@selector(accuracy="exact", lowest_index_ties=False)
+def arrival_order_ties(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A split kernel merging its partials in arrival order: which of equal logits wins changes from call
+    to call (here: every other call the highest index). It claims no tie order, so one call passes."""
+    _CALLS[0] += 1
+    index = _tie_order(logits, k, highest_first=_CALLS[0] % 2 == 0)
+    return _softmax_at(logits, index), index
+
+
+@selector(accuracy="exact", lowest_index_ties=False)
+def batch_size_ties(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A plan picked by batch size: one row alone runs a kernel whose ties go to the lowest index, a
+    batch one whose ties go to the highest, so a row's tokens depend on the rows beside it."""
+    index = _tie_order(logits, k, highest_first=logits.shape[0] > 1)
+    return _softmax_at(logits, index), index
+
+
+@selector(accuracy="exact", nan="smallest")
+def nan_claimed_smallest(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Declares SGLang's NaN policy (NaN below every number) but sorts with torch, where NaN is largest."""
+    index = _top(logits, k)
+    return _softmax_at(logits, index), index
+
+
+@selector(accuracy="exact")
+def default_stream(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact, but launches its work on the default stream, whatever stream the caller made current (on a
+    CPU there are no streams: it passes there)."""
+    if not logits.is_cuda:
+        index = _top(logits, k)
+        return _softmax_at(logits, index), index
+    with torch.cuda.stream(torch.cuda.default_stream(logits.device)):
+        index = _top(logits, k)
+        return _softmax_at(logits, index), index
