@@ -19,13 +19,14 @@ call is timed on the host (a CPU run; on a GPU the call is asynchronous). It rep
 full_softmax's stable cases (stable in both runs) called slower.
 
 `--cost`: runs the scenario with and without the in-turn reference (the harness sets
-`KernelCaseRunner.reference = False`), alternating, and prints each run's wall time.
+`KernelCaseRunner.reference = False`), alternating, and prints each run's wall and CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import resource
 import statistics
 import subprocess
 import sys
@@ -84,16 +85,19 @@ def slow_full_softmax(factor: float) -> None:
     execution.prepare = prepare  # type: ignore[assignment]
 
 
-def perfsuite_run(scenario: str, out: Path, only: str | None, *harness: str) -> float:
-    """One run through the harness in a fresh process; its wall time in seconds."""
+def perfsuite_run(scenario: str, out: Path, only: str | None, *harness: str) -> tuple[float, float]:
+    """One run through the harness in a fresh process; its wall time and its CPU time (user + system, the
+    process's own: what other work on the machine takes is not in it), in seconds."""
     command = [sys.executable, __file__, "_run", *harness, scenario, "--out", str(out), "--no-progress"]
     if only:
         command += ["--only", only]
-    start = time.perf_counter()
+    start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode not in (0, 1):  # 1: a parity failure, still a run to compare
         sys.exit(f"run into {out} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - used.ru_utime) + (after.ru_stime - used.ru_stime)
+    return time.perf_counter() - start, cpu
 
 
 def compare(base: Path, new: Path, fail_on: str, table: Path) -> tuple[int, str]:
@@ -185,17 +189,24 @@ def pairs(args: argparse.Namespace, out: Path) -> int:
 
 
 def cost(args: argparse.Namespace, out: Path) -> int:
-    """Wall time of the scenario with and without the reference, alternating (`--pairs` times each)."""
-    times: dict[str, list[float]] = {"with": [], "without": []}
+    """Wall and CPU time of the scenario with and without the reference, alternating (`--pairs` times
+    each); the CPU time is the steadier figure on a shared machine."""
+    times: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
     for i in range(1, args.pairs + 1):
         times["with"].append(perfsuite_run(args.scenario, out / f"cost{i}-with", args.only))
         times["without"].append(
             perfsuite_run(args.scenario, out / f"cost{i}-without", args.only, "--no-reference")
         )
-        print(f"run {i}: with the reference {times['with'][-1]:.1f} s, without {times['without'][-1]:.1f} s")
-    with_, without = statistics.median(times["with"]), statistics.median(times["without"])
-    extra = 100 * (with_ / without - 1)
-    print(f"median: with {with_:.1f} s, without {without:.1f} s: the reference costs {extra:+.1f} %")
+        (wall, cpu), (wall_0, cpu_0) = times["with"][-1], times["without"][-1]
+        print(
+            f"run {i}: with the reference {wall:.1f} s ({cpu:.1f} s CPU), "
+            f"without {wall_0:.1f} s ({cpu_0:.1f} s CPU)"
+        )
+    for at, what in ((0, "wall"), (1, "CPU")):
+        with_ = statistics.median(t[at] for t in times["with"])
+        without = statistics.median(t[at] for t in times["without"])
+        print(f"median {what}: with {with_:.1f} s, without {without:.1f} s: the reference costs "
+              f"{100 * (with_ / without - 1):+.1f} %")  # fmt: skip
     return 0
 
 

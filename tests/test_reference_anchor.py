@@ -121,6 +121,36 @@ def test_full_softmax_10_percent_slower_is_flagged_and_nothing_else():
         assert full["anchored_ratio"].median() == pytest.approx(1.10, abs=0.02)
 
 
+def test_a_machine_faster_in_the_second_run_does_not_hide_a_slower_full_softmax():
+    """A slowed pair of the measurement: the machine 15 % faster in the new run, full_softmax 1.18x slower
+    in its code, so its absolute change is nil; the rank test judges the samples less the drift."""
+    base = sampled_run(13, 1.0)
+    new = sampled_run(14, 0.85, {"full_softmax": 1.18}, run_label="run-b")
+    result = compare(frame(base), frame(new), 0.05)
+    full = result.table[result.table["variant"] == "full_softmax"]
+    assert (abs(full["ratio"] - 1) < 0.05).all()  # absolute: no change at all
+    assert set(full["outcome"]) == {"slower"} and (full["p_value"] < 1e-6).all()
+    others = result.table[result.table["variant"] != "full_softmax"]
+    assert set(others["outcome"]) <= {"same", "noisy"}
+
+
+def test_a_baseline_that_moved_alone_in_one_shape_does_not_make_its_variants_slower():
+    """An A/A pair's outlier: in one shape full_softmax ran 1.6x faster in the new run; anchored to it the
+    shape's other variants look 1.6x slower, but less the machine's drift they did not move: judged on
+    what the two agree on, they stay within the noise."""
+    base, new = sampled_run(15, 1.0), sampled_run(16, 0.92, run_label="run-b")
+    shape = {r["vocab"] for r, _, _ in new}.pop()
+    new = [
+        (r, own / 1.6, ref) if r["variant"] == "full_softmax" and r["vocab"] == shape else (r, own, ref)
+        for r, own, ref in new
+    ]
+    new = [(as_written(r["variant"], r["vocab"], own, ref, "run-b"), own, ref) for r, own, ref in new]
+    result = compare(frame(base), frame(new), 0.05)
+    assert result.failures.empty, result.failures[["case", "outcome"]]
+    moved = result.table[(result.table["vocab"] == shape) & (result.table["variant"] != "full_softmax")]
+    assert (moved["anchor"] == "baseline").all() and (moved["judged"].abs() < 0.02).all()
+
+
 def test_runs_without_the_reference_keep_todays_rule_and_say_so():
     base, new = sampled_run(5, 1.0), sampled_run(6, 1.0, {"identity": 2.0}, run_label="run-b")
     old = compare(frame(base, reference=False), frame(new, reference=False), 0.05)

@@ -22,7 +22,8 @@ Noise rule, for a case timed in both runs, with ratio = the judged change:
 - past it, both runs' raw samples at hand (`samples.jsonl` beside the results) and enough of them for the
   test to reach
   `rank_sum.ALPHA`: `slower` (`faster`) when the two-sided Mann-Whitney U test gives p < ALPHA and the new
-  samples rank above (below) the base ones, else `noisy`;
+  samples rank above (below) the base ones, else `noisy`; the new samples are divided by the machine's
+  drift first, like the ratio (a machine 10 % faster in the new run must not hide a variant 20 % slower);
 - past it, without usable samples but with p20/p80 on both rows: `slower` when the
   new p20 is above the base p80 (the middle 60 % of the two runs' samples do not overlap), `faster`
   mirrored, else `noisy`;
@@ -364,8 +365,13 @@ def _rule(row: pd.Series) -> str:
 
 
 def _judged_samples(table: pd.DataFrame, side: str) -> list[tuple[float, ...] | None]:
-    """Each row's own raw samples (the rank test judges the absolute change of a case)."""
-    return [_samples_or_none(own) for own in table[f"{side}_{SECONDS}"]]
+    """Each row's own raw samples, the new ones divided by the machine's drift (`machine_drift`, 1 without
+    the reference): the rank test judges the change `judged_ratio` judges."""
+    drift = np.exp(table["machine_drift"].astype(float)) if side == "new" else pd.Series(1.0, table.index)
+    return [
+        tuple(s / factor for s in own) if own else own
+        for own, factor in zip(map(_samples_or_none, table[f"{side}_{SECONDS}"]), drift, strict=True)
+    ]
 
 
 def _rank_tests(table: pd.DataFrame) -> pd.DataFrame:
@@ -488,6 +494,7 @@ def rule_text(threshold: float, floor: bool = False, reference: bool = False) ->
     against = " (a whole variant's shift beyond the in-turn reference's)" if reference else ""
     return (
         f"rule: slower/faster past {100 * threshold:.3g} %{against}{floor} when the rank test on raw samples "
+        f"{'(the new ones less the machine drift) ' if reference else ''}"
         f"gives p < {ALPHA:g} (without samples: new p20 above base p80); unstable cases are noisy"
     )
 

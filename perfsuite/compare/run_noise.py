@@ -13,7 +13,9 @@ Three figures per matched case, from the comparison itself:
   its change less the median change of its shape's other variants and its change less the machine's
   drift agree on (`agreed`; `anchor` "other variants"): a slow spell that hit its shape moved the others
   alike, a change of the baseline's code moves it alone, and a change of one other variant's code does not
-  make the baseline look faster. A case with
+  make the baseline look faster. Where both runs sampled the reference, every anchored variant is judged
+  the same way: on what its anchored figure and its change less the machine's drift agree on (a baseline
+  that moved alone in one shape does not make the shape's variants move). A case with
   neither is judged on the log ratio less the machine's drift (`anchor` "machine drift"), without the
   reference on the plain log ratio.
 - `noise`: the robust standard deviation (1.4826 x MAD around the median) of `judged` over the cases of the
@@ -96,8 +98,10 @@ def judge(
     # against the baseline (whose own change carries the machine's); the baseline by what its change less
     # the others' and its change less the machine's drift agree on; anything else less the machine's drift
     spread = (logs - machine).where(~out["anchored"], logs - anchor).where(~by_others, logs - beside)
-    against_others = pd.Series(agreed(logs - beside, logs - machine), index=table.index)
-    out["judged"] = spread.where(~by_others, against_others)
+    # judged: what the anchored figure and the change less the machine's drift agree on, the baseline's as
+    # every other variant's (a baseline that moved alone in one shape does not make its variants move)
+    with_drift = by_others | (by_ref & out["anchored"])
+    out["judged"] = spread.where(~with_drift, pd.Series(agreed(spread, logs - machine), index=table.index))
     # the noise of each figure before any agreement (which pulls values to zero and would shrink it)
     pooled = robust_sigma(spread[timed])
     kind = variant + " " + out["anchor"]
