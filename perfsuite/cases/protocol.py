@@ -183,7 +183,8 @@ class _Guarded(timing.Sampler):
     so the variants stay sampled in turn and only the reference's figures are lost."""
 
     def __init__(self, inner: timing.Sampler):
-        self.inner, self.broken, self.method, self.every = inner, False, inner.method, inner.every
+        self.inner, self.broken, self.method = inner, False, inner.method
+        self.every = getattr(inner, "every", 1)
 
     def sample(self) -> float:
         if not self.broken:

@@ -327,7 +327,7 @@ def measure_in_turn(
         figures = [math.nan] * n
         for i in range(n):
             at = (len(rounds) + i) % n
-            if len(rounds) % samplers[at].every == 0:
+            if len(rounds) % getattr(samplers[at], "every", 1) == 0:  # a rank's sampler is duck-typed
                 figures[at] = samplers[at].sample()
         elapsed = time.perf_counter() - start
         if agree is not None:
