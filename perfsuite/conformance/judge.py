@@ -128,10 +128,11 @@ def judge(
         found.append(("wrong_topk", _example(repeated, lambda r, s: f"index {int(ordered[r, s])} twice")))
 
     host = logits.cpu()
-    nan_found = _nan_rows(variant, host.float() if host.dtype.itemsize == 1 else host, k, topk_index)
+    host = host.float() if host.dtype.itemsize == 1 else host  # fp8: its exact float32 upcast
+    nan_found = _nan_rows(variant, host, k, topk_index)
     if nan_found:
         found.append(nan_found)
-    ref = parity.reference(host.float() if host.dtype.itemsize == 1 else host, k)  # fp8: exact upcast
+    ref = parity.reference(host, k)
     rows = ref.finite.nonzero().flatten()  # undefined rows (NaN, +inf, all -inf): indices only, above
     if len(rows):
         sub = ref.subset(ref.finite)

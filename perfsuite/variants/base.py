@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -19,7 +19,7 @@ inexact: the indices follow the logits order but `topk_p` is not a probability (
 NanPolicy = Literal["unspecified", "largest", "smallest"]
 """Where a selector ranks NaN logits: "largest" above every number, +inf included (torch.argmax,
 torch.topk); "smallest" below every number, -inf included (SGLang's kernels); "unspecified": no claim."""
-NAN_POLICIES: tuple[str, ...] = ("unspecified", "largest", "smallest")
+NAN_POLICIES: tuple[str, ...] = get_args(NanPolicy)
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """The logits dtypes every built-in variant accepts (an external selector may declare others)."""
