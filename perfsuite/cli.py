@@ -513,19 +513,23 @@ def parser() -> argparse.ArgumentParser:
         "compare",
         help="compare two results files case by case; exit 1 on a regression",
         description="Match the cases of BASE and NEW (variant, path, dtype, vocab, batch, topk, logits, l2 "
-        "and device) and compare their median times. A case whose new/base median is past 1 + FAIL_ON is "
-        "slower only when it is stable in both runs (an unstable case, p20-p80 spread above 25 %% of its "
-        "median, is noisy) and, where both runs left raw samples (samples.jsonl beside the results), a "
-        "two-sided Mann-Whitney U test on them gives p < 0.01; without samples, or too few for the test, its "
-        "new p20 must be above the base p80; and the change, taken against full_softmax of its shape where "
-        "both runs have it, must lie beyond 4x its variant's run-to-run noise (the robust spread of those "
-        "log ratios over the variant's cases in this comparison). Otherwise it is noisy; faster "
-        "mirrors slower. A parity verdict "
-        "that got worse (pass < inexact < fail) or a case that now errors also regresses. The summary also "
-        "gives the median new/base ratio over all cases: a whole run slower than the other points at the "
-        "machine, and is reported, not subtracted. Exit 1 on any regression, 0 otherwise, 2 on unreadable "
-        "input or no case in common. Inputs: results.csv/.json/.jsonl, a run folder or pytest-benchmark JSON "
-        "(samples are read beside a run's files).",
+        "and device) and compare their median times. A case's change has two witnesses: its new/base median "
+        "less the machine's drift between the runs (what the in-turn reference's shift and the whole run's "
+        "agree on), and, where both runs sampled the in-turn reference with it, its time over the "
+        "reference's of the same rounds (vs ref). A witness past 1 + FAIL_ON counts only when the case is "
+        "stable in both runs (an unstable case, p20-p80 spread above 25 %% of its median, is noisy) and, "
+        "where both runs left raw samples (samples.jsonl beside the results), a two-sided Mann-Whitney U "
+        "test gives p < 0.01 (on the raw samples; for vs ref, on the per-round ratios to the reference); "
+        "without samples, or too few for the test, its new p20 must be above the base p80. Either witness "
+        "may confirm a change; both confirming opposite changes is noisy. The change must also lie beyond "
+        "4x its variant's run-to-run noise (the robust spread of its log ratios, taken against full_softmax "
+        "of its shape, over the variant's cases in this comparison), or its whole variant must have moved "
+        "past FAIL_ON less the machine's drift. Otherwise it is noisy; faster mirrors slower. A parity "
+        "verdict that got worse (pass < inexact < fail) or a case that now errors also regresses. The "
+        "summary gives the median new/base ratio over all cases and the reference's own shift (the "
+        "machine's drift). Exit 1 on any regression, 0 otherwise, 2 on unreadable input or no case in "
+        "common. Inputs: results.csv/.json/.jsonl, a run folder or pytest-benchmark JSON (samples are read "
+        "beside a run's files).",
     )
     s.add_argument("base", help="results of the reference run")
     s.add_argument("new", help="results of the run to judge")

@@ -21,6 +21,7 @@ from perfsuite import cli
 from perfsuite.cases import protocol
 from perfsuite.compare import run_noise
 from perfsuite.compare.match import REF_SECONDS, SECONDS, compare, drift_line, load_side, text_table
+from perfsuite.compare.rank_sum import ALPHA
 from perfsuite.measure import timing
 from perfsuite.results.read import load_samples
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
@@ -39,17 +40,22 @@ def sampled_run(
     slower: dict[str, float] | None = None,
     run_label: str = "run-a",
     reference: float = 1.0,
+    spells: dict[int, float] | None = None,
+    ref_spells: dict[int, float] | None = None,
 ) -> list[tuple[dict, np.ndarray, np.ndarray]]:
     """One run's rows with their samples and the reference's: each shape's variants and reference sampled
     in the same rounds, every round's figures moved by one machine factor (2 % round to round), each
     sample by its own 1 %; `machine` scales the whole run, `slower` some variants' code, `reference` the
-    reference alone (a copy that answers the machine's load unlike the selectors)."""
+    reference alone (a copy that answers the machine's load unlike the selectors); `spells` the rounds of
+    some shapes (by index), everything sampled in them (a machine faster or slower in those seconds),
+    `ref_spells` the reference alone in some shapes' rounds."""
     rng = np.random.default_rng(seed)
     out = []
     for shape in range(SHAPES):
         vocab, size = 1000 + shape, 1 + shape / 10
-        rounds = machine * rng.lognormal(0.0, 0.02, ROUNDS)
-        ref = reference * REF_US * 1e-6 * size * rounds * rng.lognormal(0.0, 0.01, ROUNDS)
+        rounds = machine * (spells or {}).get(shape, 1.0) * rng.lognormal(0.0, 0.02, ROUNDS)
+        ref = reference * (ref_spells or {}).get(shape, 1.0) * REF_US * 1e-6 * size * rounds
+        ref = ref * rng.lognormal(0.0, 0.01, ROUNDS)
         for variant, us in VARIANTS.items():
             factor = (slower or {}).get(variant, 1.0)
             own = us * 1e-6 * size * factor * rounds * rng.lognormal(0.0, 0.01, ROUNDS)
@@ -132,6 +138,75 @@ def test_a_machine_faster_in_the_second_run_does_not_hide_a_slower_full_softmax(
     assert set(full["outcome"]) == {"slower"} and (full["p_value"] < 1e-6).all()
     others = result.table[result.table["variant"] != "full_softmax"]
     assert set(others["outcome"]) <= {"same", "noisy"}
+
+
+def test_a_fast_spell_in_a_case_rounds_hides_no_slowdown_and_makes_nothing_faster():
+    """The measured misses: on a shared machine the new run was 20 % faster in the seconds a few shapes
+    were sampled, so full_softmax 1.2x slower there came out about 0.96x and was "same", while its
+    neighbours sampled in those seconds came out 0.8x, "faster" against a slower baseline. The reference
+    sampled in the same rounds moved with them: against it full_softmax is 1.2x and the others unchanged."""
+    spells = {3: 0.8, 11: 0.8, 19: 0.8, 27: 0.8}
+    base = sampled_run(21, 1.0)
+    new = sampled_run(22, 1.0, {"full_softmax": 1.2}, run_label="run-b", spells=spells)
+    result = compare(frame(base), frame(new), 0.05)
+    table = result.table.set_index("vocab")
+    full = table[table["variant"] == "full_softmax"]
+    in_spells = full.loc[[1000 + shape for shape in spells]]
+    assert (abs(in_spells["ratio"] - 0.96) < 0.03).all()  # the run alone sees no change
+    assert set(in_spells["outcome"]) == {"slower"} and set(in_spells["confirmed_by"]) == {"reference"}
+    assert set(full["outcome"]) == {"slower"}
+    assert set(full.drop(in_spells.index)["confirmed_by"]) == {"run and reference"}
+    others = table[table["variant"] != "full_softmax"]
+    assert (others.loc[[1000 + shape for shape in spells], "ratio"] < 0.85).all()
+    assert set(others["outcome"]) <= {"same", "noisy"}
+
+
+def test_of_two_witnesses_confirming_opposite_changes_the_floor_backs_one_or_none():
+    """Opposite confirmations: the new run 24 % faster in two shapes' rounds (the run sees full_softmax
+    1.2x slower as 0.91x, the reference 1.2x; as in the measured misses), and the reference hit alone in
+    one shape's rounds (1.4x: the run sees full_softmax 1.2x, the reference 0.86x). The floor
+    backs the one its variant's whole shift agrees with; for one case changed alone, it backs neither."""
+    base = sampled_run(23, 1.0)
+    spells = {3: 0.76, 27: 0.76}
+    new = sampled_run(24, 1.0, {"full_softmax": 1.2}, run_label="run-b", spells=spells, ref_spells={5: 1.4})
+    table = compare(frame(base), frame(new), 0.05).table.set_index(["variant", "vocab"])
+    full = table.loc["full_softmax"]
+    assert (full.loc[[1003, 1027], "judged_ratio"] < 0.95).all()
+    assert (full.loc[[1003, 1027], "p_value"] < ALPHA).all()  # the run confirms faster
+    assert set(full.loc[[1003, 1027], "confirmed_by"]) == {"reference"}
+    hit = full.loc[1005]
+    assert hit["judged_ratio"] > 1.15 and hit["ref_judged_ratio"] < 0.9 and hit["ref_p_value"] < ALPHA
+    assert hit["confirmed_by"] == "run"
+    assert set(full["outcome"]) == {"slower"}
+    assert set(table.drop(index="full_softmax", level="variant")["outcome"]) <= {"same", "noisy"}
+    # one case of full_softmax 1.3x slower alone, its reference hit 1.6x: neither change is backed
+    new = sampled_run(24, 1.0, run_label="run-b", ref_spells={5: 1.6})
+    new[5 * len(VARIANTS)] = slowed_case(new[5 * len(VARIANTS)], 1.3)
+    one = compare(frame(base), frame(new), 0.05).table.set_index(["variant", "vocab"])
+    case = one.loc[("full_softmax", 1005)]
+    assert case["judged_ratio"] > 1.25 and case["p_value"] < ALPHA
+    assert case["ref_judged_ratio"] < 0.85 and case["ref_p_value"] < ALPHA
+    assert case["outcome"] == "noisy" and one["outcome"].isin(["same", "noisy"]).all()
+
+
+def slowed_case(
+    case: tuple[dict, np.ndarray, np.ndarray], factor: float
+) -> tuple[dict, np.ndarray, np.ndarray]:
+    """A `sampled_run` case with its own samples `factor` times slower (its reference's unchanged)."""
+    row, own, ref = case
+    own = own * factor
+    return as_written(row["variant"], row["vocab"], own, ref, row["run"]), own, ref
+
+
+def test_the_reference_witness_is_taken_less_the_run_wide_bias_of_the_reference():
+    """The reference answering the machine unlike the selectors (every case 1.1x over it in the new run)
+    moves no case: each case's change over the reference is judged less the run's median of them."""
+    base = sampled_run(25, 1.0)
+    new = sampled_run(26, 1.0, run_label="run-b", reference=1 / 1.1)
+    result = compare(frame(base), frame(new), 0.05)
+    assert result.table["anchored_ratio"].median() == pytest.approx(1.1, abs=0.01)
+    assert (abs(result.table["ref_judged_ratio"] - 1) < 0.03).all()
+    assert result.failures.empty and set(result.table["outcome"]) <= {"same", "noisy"}
 
 
 def test_a_baseline_that_moved_alone_in_one_shape_does_not_make_its_variants_slower():

@@ -4,34 +4,41 @@ Matching: two rows are the same case when `schema.CASE_KEYS` (variant, path, dty
 logits, l2, tp) and the device name are equal (`ignore_device` drops the device, to compare two machines).
 A side holding one case several times keeps its last row (`duplicates` counts the others).
 
-The judged change of a case is its ratio, new median / base median, less the machine's drift between the
-runs (`judged_ratio`; `run_noise.machine_drift`: one figure per run, what the in-turn reference's median
-shift and the whole run's agree on). The in-turn reference is an exp of the case's logits sampled with
-every group (`cases.kernel.KernelCaseRunner.prepare_reference`; the row's `vs_ref`): a machine that is
-slower in one run moves it and the run's cases alike, and that is not a regression of any variant, the
-baseline included. The anchored ratio (new vs_ref / base
-vs_ref) is shown beside the absolute one. Rows without the same reference in both runs (results from
-before it, or with another reference workload, as format 2's copy; tensor-parallel rows) keep the rule
-as it was (an absolute whole-variant shift); `drift_line` says how
-many.
+A case's change has two witnesses (`Witness`), each a new / base ratio with what confirms it:
+- the run's: `judged_ratio`, the new / base median less the machine's drift between the runs
+  (`run_noise.machine_drift`: one figure per run, what the in-turn reference's median shift and the whole
+  run's agree on); confirmed by the rank test on the raw samples, the new ones divided by the drift first
+  (a machine 10 % faster in the new run must not hide a variant 20 % slower);
+- the reference's, where both runs sampled the same in-turn reference with the case (`by_reference`; an
+  exp of the case's logits sampled in the same rounds, `cases.kernel.KernelCaseRunner.prepare_reference`,
+  the row's `vs_ref`): `ref_judged_ratio`, new vs_ref / base vs_ref (`anchored_ratio`) less the run's
+  median of it (`reference_bias`: a reference answering the load unlike the selectors moves every case
+  alike); confirmed by the rank test on the per-round ratios (the case's sample over the reference's of
+  the same round), the new ones divided by that bias first. It takes out what one
+  figure per run cannot: a machine faster or slower in the seconds this case was sampled, which on a
+  shared machine hid some cases of a 1.2x slower full_softmax and called unchanged cases 1.35-1.5x faster.
+Rows without the same reference in both runs (results from before it, or with another reference workload,
+as format 2's copy; tensor-parallel rows) have the run's witness alone, with no drift taken out (the rule
+as it was); `drift_line` says how many.
 
-Noise rule, for a case timed in both runs, with ratio = the judged change:
-- within the threshold (1 / (1 + threshold) <= ratio <= 1 + threshold): `same`;
-- past it, and the base or the new row is `unstable` (p20-p80 spread above `timing.UNSTABLE_SPREAD` of its
-  median; derived from p20/p80 where a file has no `unstable` column): `noisy`, never slower nor faster;
-- past it, both runs' raw samples at hand (`samples.jsonl` beside the results) and enough of them for the
-  test to reach
-  `rank_sum.ALPHA`: `slower` (`faster`) when the two-sided Mann-Whitney U test gives p < ALPHA and the new
-  samples rank above (below) the base ones, else `noisy`; the new samples are divided by the machine's
-  drift first, like the ratio (a machine 10 % faster in the new run must not hide a variant 20 % slower);
-- past it, without usable samples but with p20/p80 on both rows: `slower` when the
-  new p20 is above the base p80 (the middle 60 % of the two runs' samples do not overlap), `faster`
-  mirrored, else `noisy`;
-- past it, without samples nor p20/p80: the medians alone decide.
-Run-to-run noise: a slower (faster) case must also clear the floor of `run_noise`: its change (anchored
-to the baseline of its shape) beyond `run_noise.NOISE_SIGMAS` times its variant's run-to-run noise in this
-comparison, or its whole variant shifted beyond the reference's own shift by more than the threshold;
-else it is `noisy`.
+Each witness is confirmed, where its ratio is past the threshold (outside 1 / (1 + threshold) ..
+1 + threshold), by the first of `RULES` it can use:
+- `unstable`: the base or the new row is unstable (p20-p80 spread above `timing.UNSTABLE_SPREAD` of its
+  median; derived from p20/p80 where a file has no `unstable` column): never confirmed;
+- `rank test`: both runs' samples at hand (`samples.jsonl` beside the results), enough of them for the
+  test to reach `rank_sum.ALPHA`: confirmed when the two-sided Mann-Whitney U test gives p < ALPHA and the
+  new samples rank above (below) the base ones;
+- `p20/p80 band`: without usable samples, p20/p80 on both rows: confirmed when the new p20 is above the
+  base p80 (the middle 60 % of the two runs' samples do not overlap), mirrored for faster;
+- `medians` (the run's witness only): nothing else to go by, the medians alone decide.
+The outcome: `same` when no witness is past the threshold; `slower` (`faster`) when a witness confirms
+that change and it clears the run-to-run floor of `run_noise`: the change as the figures agree on it
+(anchored to the baseline of its shape, less the machine's drift and, with the reference, over it)
+beyond `run_noise.NOISE_SIGMAS` times its variant's run-to-run noise in this comparison, or its whole
+variant shifted that way beyond the machine's drift by more than the threshold; else `noisy`. Of two
+witnesses confirming opposite changes (a fast spell in one case's rounds against a slower variant, or
+a reference hit alone), the floor backs at most one. `confirmed_by` names the witnesses that confirmed
+the outcome ("run", "reference", "run and reference").
 `drift_line` states the median absolute ratio over every timed case and the reference's own shift (the
 machine's drift between the runs, which every whole-variant shift has taken out).
 Parity: a verdict that got worse (pass < inexact < fail) is a regression whatever the time, and so is a case
@@ -252,12 +259,16 @@ class Comparison:
 
     Besides each side's figures (`base_spread`, `new_unstable`, `base_other_cores`, `base_vs_ref`, ...) a
     row holds: `ratio` (new / base median, the absolute change), `ref_ratio` (the reference's own new /
-    base median), `anchored_ratio` (new vs_ref / base vs_ref), `by_reference` (both runs have the
-    reference: its shift is taken out of each whole-variant shift), `judged_ratio` (the one judged: the
-    absolute ratio), `band_low`/`band_high` (new p20 / base p80, new p80 / base p20), `p_value` (the rank
-    test, where both sides have raw samples), `new_larger` (the
-    share of sample pairs where the new one is slower), `base_raw_samples`/`new_raw_samples` (the counts
-    behind the test), `rule` (which of `RULES` judged the case) and `outcome` (one of `ORDER`)."""
+    base median), `anchored_ratio` (new vs_ref / base vs_ref), `reference_bias` (the run's median of its
+    log), `ref_judged_ratio` (the reference's witness: the anchored ratio less that bias), `by_reference`
+    (both runs sampled the same reference with the case), `judged_ratio` (the run's witness: the ratio
+    less the machine's drift), `band_low`/`band_high` (new p20 / base p80, new p80 / base p20, less the
+    drift), `p_value` (the rank test on the raw samples), `new_larger` (the share of sample pairs where the
+    new one is slower), `base_raw_samples`/`new_raw_samples` (the counts behind the test), `rule` (which
+    of `RULES` confirms the run's witness); the same with the prefix `ref_` for the reference's witness
+    (`ref_p_value`, `ref_band_low`, `ref_rule`, ... on the per-round ratios and the vs_ref p20/p80;
+    `ref_rule` "" where it has neither); `outcome` (one of `ORDER`) and `confirmed_by` (the witnesses
+    behind a slower or faster outcome)."""
 
     table: pd.DataFrame
     threshold: float
@@ -324,70 +335,153 @@ def workload(reference: object) -> str:
     return reference.split(",")[0].strip() if isinstance(reference, str) else ""
 
 
-def _outcome(row: pd.Series, threshold: float) -> str:
+@dataclass(frozen=True)
+class Witness:
+    """One view of a case's change between two runs, and what confirms it: `run` (new / base median less
+    the machine's drift; the rank test on the raw samples, the new ones less the drift) or `reference`
+    (new / base of the case's time over the in-turn reference's; the rank test on the per-round ratios)."""
+
+    name: str
+    ratio: float
+    rule: str
+    """One of `RULES`; "" where this witness has nothing to go by."""
+    p_value: float
+    new_larger: float
+    band_low: float
+    band_high: float
+
+    def past(self, threshold: float) -> bool:
+        """Whether its ratio lies beyond the threshold, either way."""
+        return not math.isnan(self.ratio) and not 1 / (1 + threshold) <= self.ratio <= 1 + threshold
+
+    def confirmed(self, threshold: float) -> int:
+        """+1 (slower) or -1 (faster) where its ratio is past the threshold and its rule confirms it,
+        else 0. "unstable" never confirms; "medians" (nothing else to go by) always does."""
+        if not self.past(threshold) or not self.rule:
+            return 0
+        slower = self.ratio > 1
+        if self.rule == "rank test":
+            confirmed = self.p_value < ALPHA and (self.new_larger > 0.5) == slower
+        elif self.rule == "p20/p80 band":
+            confirmed = self.band_low > 1 if slower else self.band_high < 1
+        else:
+            confirmed = self.rule == "medians"
+        return (1 if slower else -1) if confirmed else 0
+
+
+def witnesses(row: pd.Series) -> list[Witness]:
+    """The case's change as the run saw it and, where both runs sampled the reference in turn with it,
+    as the reference saw it."""
+    seen = [Witness("run", *(row[c] for c in WITNESS_COLUMNS["run"]))]
+    if _flag(row.get("by_reference")) and row.get("ref_rule"):
+        seen.append(Witness("reference", *(row[c] for c in WITNESS_COLUMNS["reference"])))
+    return seen
+
+
+WITNESS_COLUMNS = {
+    "run": ("judged_ratio", "rule", "p_value", "new_larger", "band_low", "band_high"),
+    "reference": ("ref_judged_ratio", "ref_rule", "ref_p_value", "ref_new_larger", "ref_band_low",
+                  "ref_band_high"),
+}  # fmt: skip
+"""The table's columns behind each witness, in `Witness`'s order after its name."""
+
+
+def _outcome(row: pd.Series, threshold: float) -> tuple[str, str]:
+    """The case's outcome (one of `ORDER`) and the witnesses that confirmed it where it is slower or
+    faster ("run", "reference" or "run and reference")."""
     base_ok, new_ok = row["base_status"] == "ok", row["new_status"] == "ok"
     if base_ok and row["new_status"] == "error":
-        return "broken"
+        return "broken", ""
     base_rank = VERDICT_RANK.get(row["base_verdict"])
     new_rank = VERDICT_RANK.get(row["new_verdict"])
     if base_rank is not None and new_rank is not None and new_rank > base_rank:
-        return "parity worse"
+        return "parity worse", ""
     if base_ok and not new_ok:
-        return "skipped now"
-    ratio = row["judged_ratio"]
-    if not (base_ok and new_ok) or math.isnan(row["ratio"]) or math.isnan(ratio):
-        return "not timed"
-    if 1 / (1 + threshold) <= ratio <= 1 + threshold:
-        return "same"
-    slower = ratio > 1 + threshold
-    rule = row["rule"]
-    if rule == "rank test":
-        confirmed = row["p_value"] < ALPHA and (row["new_larger"] > 0.5) == slower
-    elif rule == "p20/p80 band":
-        confirmed = row["band_low"] > 1 if slower else row["band_high"] < 1
-    else:  # "unstable" is never confirmed; "medians": nothing else to go by
-        confirmed = rule == "medians"
-    if not confirmed or not run_noise.beyond_noise(row, threshold):
-        return "noisy"
-    return "slower" if slower else "faster"
+        return "skipped now", ""
+    if not (base_ok and new_ok) or math.isnan(row["ratio"]) or math.isnan(row["judged_ratio"]):
+        return "not timed", ""
+    seen = witnesses(row)
+    if not any(w.past(threshold) for w in seen):
+        return "same", ""
+    confirmed = {w.name: w.confirmed(threshold) for w in seen}
+    # a confirmed change counts where it clears the run-to-run floor, whose figure is what the witnesses
+    # agree on: of two opposite confirmed changes, at most the one the floor backs
+    cleared = {d for d in set(confirmed.values()) - {0} if run_noise.beyond_noise(row, threshold, d)}
+    if len(cleared) != 1:
+        return "noisy", ""
+    direction = cleared.pop()
+    by = " and ".join(name for name, d in confirmed.items() if d == direction)
+    return ("slower" if direction > 0 else "faster"), by
 
 
-def _rule(row: pd.Series) -> str:
-    """Which part of the noise rule judges a case (see the module docstring): one of `RULES`."""
+def _rule(row: pd.Series, prefix: str = "") -> str:
+    """Which part of the noise rule judges a witness of a case (`prefix` "" for the run's, "ref_" for the
+    reference's; see the module docstring): one of `RULES`, or "" where the reference's witness has
+    neither paired samples nor a p20/p80 band on both sides."""
     if _flag(row["base_unstable"]) or _flag(row["new_unstable"]):
         return "unstable"
-    n_base, n_new = row["base_raw_samples"], row["new_raw_samples"]
+    n_base, n_new = row[f"{prefix}base_raw_samples"], row[f"{prefix}new_raw_samples"]
     if n_base > 0 and n_new > 0 and smallest_p_value(int(n_base), int(n_new)) < ALPHA:
         return "rank test"
-    if not (math.isnan(row["band_low"]) or math.isnan(row["band_high"])):
+    if not (math.isnan(row[f"{prefix}band_low"]) or math.isnan(row[f"{prefix}band_high"])):
         return "p20/p80 band"
-    return "medians"
+    return "" if prefix else "medians"
 
 
 def _judged_samples(table: pd.DataFrame, side: str) -> list[tuple[float, ...] | None]:
     """Each row's own raw samples, the new ones divided by the machine's drift (`machine_drift`, 1 without
     the reference): the rank test judges the change `judged_ratio` judges."""
-    drift = np.exp(table["machine_drift"].astype(float)) if side == "new" else pd.Series(1.0, table.index)
-    return [
-        tuple(s / factor for s in own) if own else own
-        for own, factor in zip(map(_samples_or_none, table[f"{side}_{SECONDS}"]), drift, strict=True)
+    own = map(_samples_or_none, table[f"{side}_{SECONDS}"])
+    return _divided(list(own), table["machine_drift"] if side == "new" else None)
+
+
+def _per_round_ratios(table: pd.DataFrame, side: str) -> list[tuple[float, ...] | None]:
+    """Each row's samples over its reference's of the same rounds (None without both, or unpaired), the
+    new ones divided by the reference's bias (`reference_bias`): the rank test judges the change
+    `ref_judged_ratio` judges."""
+    ratios = [
+        tuple(a / b for a, b in zip(own, ref, strict=True) if b > 0)
+        if own and ref and len(own) == len(ref) and by_reference
+        else None
+        for own, ref, by_reference in zip(
+            map(_samples_or_none, table[f"{side}_{SECONDS}"]),
+            map(_samples_or_none, table[f"{side}_{REF_SECONDS}"]),
+            table["by_reference"].astype(bool),
+            strict=True,
+        )
     ]
+    return _divided(ratios, table["reference_bias"] if side == "new" else None)
+
+
+def _divided(
+    samples: list[tuple[float, ...] | None], logs: pd.Series | None
+) -> list[tuple[float, ...] | None]:
+    """Each row's samples divided by exp(its log factor) (unchanged without factors)."""
+    if logs is None:
+        return samples
+    factors = np.exp(logs.astype(float).fillna(0.0))
+    return [tuple(s / f for s in row) if row else row for row, f in zip(samples, factors, strict=True)]
 
 
 def _rank_tests(table: pd.DataFrame) -> pd.DataFrame:
-    """p_value and new_larger (`rank_sum.RankTest`) where both rows carry raw samples, else NaN; and the
-    sample counts behind them."""
-    out = pd.DataFrame(
-        math.nan, index=table.index, columns=["p_value", "new_larger", "base_raw_samples", "new_raw_samples"]
-    )
-    for i, base, new in zip(
-        table.index, _judged_samples(table, "base"), _judged_samples(table, "new"), strict=True
-    ):
-        out.loc[i, "base_raw_samples"] = len(base) if base else math.nan
-        out.loc[i, "new_raw_samples"] = len(new) if new else math.nan
-        if base and new:
-            test = mann_whitney_u(base, new)
-            out.loc[i, ["p_value", "new_larger"]] = [test.p_value, test.new_larger]
+    """For each witness (the run's: raw samples, the new ones less the machine's drift; the reference's,
+    prefix `ref_`: the per-round ratios to the reference) p_value and new_larger (`rank_sum.RankTest`)
+    where both rows carry them, else NaN; and the sample counts behind them."""
+    pairs = {
+        "": (_judged_samples(table, "base"), _judged_samples(table, "new")),
+        "ref_": (_per_round_ratios(table, "base"), _per_round_ratios(table, "new")),
+    }
+    columns = [
+        f"{p}{c}" for p in pairs for c in ("p_value", "new_larger", "base_raw_samples", "new_raw_samples")
+    ]
+    out = pd.DataFrame(math.nan, index=table.index, columns=columns)
+    for prefix, (bases, news) in pairs.items():
+        for i, base, new in zip(table.index, bases, news, strict=True):
+            out.loc[i, f"{prefix}base_raw_samples"] = len(base) if base else math.nan
+            out.loc[i, f"{prefix}new_raw_samples"] = len(new) if new else math.nan
+            if base and new:
+                test = mann_whitney_u(base, new)
+                out.loc[i, [f"{prefix}p_value", f"{prefix}new_larger"]] = [test.p_value, test.new_larger]
     return out
 
 
@@ -415,6 +509,7 @@ def compare(
         "unstable",
         "reference",
         SECONDS,
+        REF_SECONDS,
         *NUMBERS,
     ]
     left = base_k[[*key_columns, *kept]].rename(columns={c: f"base_{c}" for c in kept})
@@ -438,18 +533,25 @@ def compare(
         shape = [k for k in keys if k != "variant"]
         table = pd.concat([table, run_noise.judge(table, _timed_mask(table), shape, BASELINES)], axis=1)
     else:
-        table["machine_drift"] = 0.0
+        table["machine_drift"] = table["reference_bias"] = 0.0
     machine = np.exp(table["machine_drift"].astype(float))
     table["judged_ratio"] = table["ratio"] / machine  # one figure per run, not a per-case reference
     table["band_low"] = table["new_p20_us"] / table["base_p80_us"] / machine
     table["band_high"] = table["new_p80_us"] / table["base_p20_us"] / machine
     table["bytes_measured_ratio"] = table["new_bytes_measured"] / table["base_bytes_measured"]
     table["bytes_model_ratio"] = table["new_bytes_model"] / table["base_bytes_model"]
+    bias = np.exp(table["reference_bias"].astype(float)).where(table["by_reference"])
+    table["ref_judged_ratio"] = table["anchored_ratio"] / bias  # the case against its run's other cases
+    table["ref_band_low"] = table["new_vs_ref_p20"] / table["base_vs_ref_p80"] / bias
+    table["ref_band_high"] = table["new_vs_ref_p80"] / table["base_vs_ref_p20"] / bias
     table = pd.concat([table, _rank_tests(table)], axis=1)
-    table = table.drop(columns=[f"{side}_{SECONDS}" for side in ("base", "new")])
+    table = table.drop(columns=[f"{side}_{c}" for side in ("base", "new") for c in (SECONDS, REF_SECONDS)])
     records = [r for _, r in table.iterrows()]
     table["rule"] = [_rule(r) if not math.isnan(r["ratio"]) else "" for r in records]
-    table["outcome"] = [_outcome(r, threshold) for _, r in table.iterrows()] if len(table) else []
+    table["ref_rule"] = [_rule(r, "ref_") if not math.isnan(r["ratio"]) else "" for r in records]
+    judged = [_outcome(r, threshold) for _, r in table.iterrows()]
+    table["outcome"] = [outcome for outcome, _ in judged]
+    table["confirmed_by"] = [by for _, by in judged]
     rank = {o: i for i, o in enumerate(ORDER)}
     table = table.sort_values(
         ["outcome", "judged_ratio"], key=lambda s: s.map(rank) if s.name == "outcome" else -s.fillna(0)
@@ -489,14 +591,21 @@ def bytes_ratio(row: pd.Series) -> str:
 
 
 def rule_text(threshold: float, floor: bool = False, reference: bool = False) -> str:
-    """The noise rule in one clause, for the summary line (`reference`: shifts taken against it)."""
-    floor = f" and beyond {run_noise.NOISE_SIGMAS:g}x its run-to-run noise" if floor else ""
-    against = " (a whole variant's shift beyond the in-turn reference's)" if reference else ""
-    return (
-        f"rule: slower/faster past {100 * threshold:.3g} %{against}{floor} when the rank test on raw samples "
-        f"{'(the new ones less the machine drift) ' if reference else ''}"
-        f"gives p < {ALPHA:g} (without samples: new p20 above base p80); unstable cases are noisy"
+    """The noise rule in one clause, for the summary line (`reference`: the runs sampled the in-turn
+    reference, a second witness of each case's change)."""
+    run = (
+        f"the rank test on raw samples{' (the new ones less the machine drift)' if reference else ''} gives "
+        f"p < {ALPHA:g} (without samples: new p20 above base p80)"
     )
+    if reference:
+        run += " or, against the in-turn reference, the rank test on the per-round ratios to it does"
+    floor = (
+        f", and beyond {run_noise.NOISE_SIGMAS:g}x its run-to-run noise or its whole variant's shift "
+        f"{'less the machine drift ' if reference else ''}past the threshold"
+        if floor
+        else ""
+    )
+    return f"rule: slower/faster past {100 * threshold:.3g} % when {run}{floor}; unstable cases are noisy"
 
 
 def summary_line(comparison: Comparison) -> str:
@@ -625,6 +734,7 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
                 for r, anchored in zip(shown["anchored_ratio"], shown["by_reference"], strict=True)
             ],
             "p": shown["p_value"].map(p_text),
+            "p vs ref": shown["ref_p_value"].map(p_text),
             "p20/p80 band": [
                 f"{_ratio_text(lo)}-{_ratio_text(hi)}"
                 for lo, hi in zip(shown["band_low"], shown["band_high"], strict=True)
@@ -635,6 +745,7 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
             ],
             "bytes": [bytes_ratio(r) for _, r in shown.iterrows()],
             "outcome": shown["outcome"],
+            "confirmed by": shown["confirmed_by"],
         }
     )
     out = out.replace({"nan": "", "-": ""})
@@ -648,12 +759,18 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
         )
     if out["vs ref"].ne("").any():
         legend += (
-            "\nratio: new / base median (what is judged); vs ref: new / base of the case's time over the "
-            "in-turn reference's (an exp of its logits, the same rounds), for reading: the reference's "
-            "run-wide shift is what a whole variant's shift must exceed"
+            "\nratio: new / base median (the run's witness judges it less the machine's drift); vs ref: "
+            "new / base of the case's time over the in-turn reference's (an exp of its logits, the same "
+            "rounds; the reference's witness)"
         )
     else:
         out = out.drop(columns="vs ref")
     if out["p"].ne("").any():
         legend += "\np: two-sided Mann-Whitney U test on the two runs' raw samples"
+    if out["p vs ref"].ne("").any():
+        legend += "; p vs ref: the same on the per-round ratios to the reference"
+    else:
+        out = out.drop(columns="p vs ref")
+    if not out["confirmed by"].ne("").any():
+        out = out.drop(columns="confirmed by")
     return f"{out.to_string(index=False)}{tail}{legend}\n{summary_line(comparison)}\n{drift_line(comparison)}"

@@ -15,9 +15,11 @@ Three figures per matched case, from the comparison itself:
   alike, a change of the baseline's code moves it alone, and a change of one other variant's code does not
   make the baseline look faster. Where both runs sampled the reference, every anchored variant is judged
   the same way: on what its anchored figure and its change less the machine's drift agree on (a baseline
-  that moved alone in one shape does not make the shape's variants move). A case with
-  neither is judged on the log ratio less the machine's drift (`anchor` "machine drift"), without the
-  reference on the plain log ratio.
+  that moved alone in one shape does not make the shape's variants move), and with them its change over
+  the reference of the same rounds less the run's median of it (`reference_bias`): a spell that moved
+  the case and the reference alike is no change. A case with neither is judged on the log ratio less the
+  machine's drift (`anchor` "machine drift") and over the reference, without the reference on the plain
+  log ratio.
 - `noise`: the robust standard deviation (1.4826 x MAD around the median) of `judged` over the cases of the
   same variant judged the same way (`anchor`), with `NOISE_MIN_CASES` of them, else over all timed
   cases, else 0 (no floor). Around the median, so a change of all of a variant's cases still counts.
@@ -26,14 +28,15 @@ Three figures per matched case, from the comparison itself:
   over the same cases and the whole run's median shift agree on), and its standard error: a change of a
   whole variant that the baseline-anchored figure cancels, the baseline's included, while a uniform drift
   of the machine, which moves the reference and the run alike, is no shift. Without the reference
-  (results from before it, or another reference workload) the shift is absolute, as it was. The
-  reference (an exp of the logits) anchors the run-wide shift, not each case: per case the variants stay
-  anchored to their baseline sampled in the same rounds, while the reference's median over a run's cases
-  is what follows the machine (docs/comparing.md has the A/A figures).
+  (results from before it, or another reference workload) the shift is absolute, as it was. The floor
+  uses the reference run-wide (taken per case, the variants' medians over it drifted up to 14 % in loaded
+  A/A pairs; less the agreed drift, up to 7 %); `compare.match` also takes it per case, as a
+  second witness of a case's change (its time over the reference's in the same rounds), which this
+  floor must still clear (docs/comparing.md has the A/A figures).
 
-A case clears the floor when `judged` lies beyond `NOISE_SIGMAS` x noise in the direction of its own
-change, or when its variant shifted as a whole that way by more than the threshold and `NOISE_SIGMAS`
-standard errors.
+A case clears the floor when `judged` lies beyond `NOISE_SIGMAS` x noise in the direction of its
+confirmed change, or when its variant shifted as a whole that way by more than the threshold and
+`NOISE_SIGMAS` standard errors.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def robust_sigma(logs: pd.Series) -> float:
 def judge(
     table: pd.DataFrame, timed: pd.Series, shape: list[str], baselines: tuple[str, ...]
 ) -> pd.DataFrame:
-    """`machine_drift` (a log ratio, 0 without the reference), `judged`, `anchor`, `anchored`, `noise`,
+    """`machine_drift` (a log ratio, 0 without the reference), `reference_bias` (the median log anchored
+    ratio over the cases with the reference, 0 elsewhere), `judged`, `anchor`, `anchored`, `noise`,
     `variant_shift` and `variant_se` for every row of a
     comparison table (columns `variant`, `ratio`, the `shape` keys and, where the runs had the reference,
     `by_reference` and `anchored_ratio`; `timed`: rows timed in both runs)."""
@@ -85,6 +89,11 @@ def judge(
     run = logs[timed & by_ref].median() if (timed & by_ref).any() else 0.0
     machine = group.map(reference.map(lambda ref: machine_drift(ref, run))).fillna(0.0)
     out["machine_drift"] = machine
+    # how the run's cases moved over the reference as a whole: a reference answering the machine unlike the
+    # selectors; the reference's witness of each case is taken less it
+    anchored = np.log(table["anchored_ratio"]).where(by_ref) if "anchored_ratio" in table else drift
+    bias = anchored.median() if by_ref.any() else 0.0
+    out["reference_bias"] = bias * by_ref
     # the baseline has no baseline beside it: against the median change of its shape's other variants,
     # sampled in the same rounds (a slow spell that hit its shape moved them alike)
     others = logs[~is_base & timed].groupby(shape_key[~is_base & timed]).median()
@@ -99,9 +108,13 @@ def judge(
     # the others' and its change less the machine's drift agree on; anything else less the machine's drift
     spread = (logs - machine).where(~out["anchored"], logs - anchor).where(~by_others, logs - beside)
     # judged: what the anchored figure and the change less the machine's drift agree on, the baseline's as
-    # every other variant's (a baseline that moved alone in one shape does not make its variants move)
+    # every other variant's (a baseline that moved alone in one shape does not make its variants move);
+    # where the runs sampled the reference, with the case's change over it (less its bias) agreeing too (a
+    # fast spell in one case's rounds, which moved the reference alike, is no change)
     with_drift = by_others | (by_ref & out["anchored"])
-    out["judged"] = spread.where(~with_drift, pd.Series(agreed(spread, logs - machine), index=table.index))
+    judged = spread.where(~with_drift, pd.Series(agreed(spread, logs - machine), index=table.index))
+    three = pd.Series(agreed(spread, logs - machine, anchored - bias), index=table.index)
+    out["judged"] = judged.where(~by_ref, three)
     # the noise of each figure before any agreement (which pulls values to zero and would shrink it)
     pooled = robust_sigma(spread[timed])
     kind = variant + " " + out["anchor"]
@@ -119,10 +132,13 @@ def judge(
     return out
 
 
-def agreed(a: float | np.ndarray | pd.Series, b: float | np.ndarray | pd.Series) -> np.ndarray:
-    """What two estimates of one log ratio agree on: the one nearer zero where they point the same way,
-    zero where they disagree (the median of a, b and 0), element by element."""
-    return np.median(np.stack(np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), 0.0)), axis=0)
+def agreed(*estimates: float | np.ndarray | pd.Series) -> np.ndarray:
+    """What several estimates of one log ratio agree on, element by element: the one nearest zero where
+    all point the same way, zero where they disagree (for two: the median of a, b and 0); NaN where one
+    is NaN."""
+    stack = np.stack(np.broadcast_arrays(*(np.asarray(e, float) for e in estimates)))
+    low, high = stack.min(axis=0), stack.max(axis=0)
+    return np.where(np.isnan(low), np.nan, np.where(low > 0, low, np.where(high < 0, high, 0.0)))
 
 
 def machine_drift(reference: float, run: float) -> float:
@@ -136,9 +152,9 @@ def machine_drift(reference: float, run: float) -> float:
     return float(agreed(reference, run))
 
 
-def beyond_noise(row: pd.Series, threshold: float) -> bool:
-    """Whether a case's change clears the run-to-run floor (see the module docstring)."""
-    direction = math.copysign(1, math.log(row.get("judged_ratio", row["ratio"])))
+def beyond_noise(row: pd.Series, threshold: float, direction: int) -> bool:
+    """Whether a case's change in `direction` (+1 slower, -1 faster) clears the run-to-run floor (see the
+    module docstring)."""
     judged, noise = row.get("judged", math.nan), row.get("noise", 0.0)
     floor = NOISE_SIGMAS * (0.0 if math.isnan(noise) else noise)
     if not math.isnan(judged) and direction * judged > floor:

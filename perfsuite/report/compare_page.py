@@ -131,6 +131,7 @@ def _table(comparison: Comparison) -> Table:
                     _ref_title(rec),
                 ),
                 Cell(p_text(rec["p_value"]), "", _p_title(rec)),
+                Cell(p_text(rec["ref_p_value"]), "", _p_title(rec, "ref_")),
                 f"{fmt.significant(rec['band_low'], 3)} – {fmt.significant(rec['band_high'], 3)}".strip(" –"),
                 Cell(spread, "differs" if "!" in spread else "", _spread_title(rec)),
                 Cell(verdicts(rec["base_verdict"], rec["new_verdict"]), parity_cls),
@@ -138,21 +139,25 @@ def _table(comparison: Comparison) -> Table:
                 Cell(
                     str(rec["outcome"]),
                     OUTCOME_CSS.get(rec["outcome"], ""),
-                    "; ".join(t for t in (_rule_title(rec), _text(rec.get("new_reason"))) if t),
+                    "; ".join(
+                        t
+                        for t in (_confirmed_title(rec), _rule_title(rec), _text(rec.get("new_reason")))
+                        if t
+                    ),
                 ),
             ]
         )
     columns = [
-        "case", "base µs", "new µs", "ratio", "vs ref", "p", "p20/p80 band", "spread", "parity", "bytes",
-        "outcome",
+        "case", "base µs", "new µs", "ratio", "vs ref", "p", "p vs ref", "p20/p80 band", "spread", "parity",
+        "bytes", "outcome",
     ]  # fmt: skip
     caption = (
-        "Failing cases first, then by the judged ratio. ratio: new / base median, what is judged; vs ref: "
-        "new / base of the case's time over the in-turn reference's (an exp of its logits sampled in the "
-        "same rounds; blank: no reference in both runs), for reading: a whole variant's shift counts only "
-        "beyond the reference's. p: two-sided Mann-Whitney U test on the two runs' raw samples (blank "
-        f"without them); spread: p20-p80 as a percent of the median, base → new, ! above "
-        f"{100 * UNSTABLE_SPREAD:.0f} % (unstable)."
+        "Failing cases first, then by the judged ratio. ratio: new / base median (the run's witness judges "
+        "it less the machine's drift); vs ref: new / base of the case's time over the in-turn reference's "
+        "(an exp of its logits sampled in the same rounds; the reference's witness; blank: no reference in "
+        "both runs). p: two-sided Mann-Whitney U test on the two runs' raw samples (blank without them); "
+        "p vs ref: the same on the per-round ratios to the reference; spread: p20-p80 as a percent of the "
+        f"median, base → new, ! above {100 * UNSTABLE_SPREAD:.0f} % (unstable)."
     )
     return Table(columns, rows, caption, css="compact")
 
@@ -161,14 +166,21 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _p_title(rec: pd.Series) -> str:
-    if np.isnan(rec["p_value"]):
+def _p_title(rec: pd.Series, prefix: str = "") -> str:
+    """What a witness's rank test ran on (`prefix` "ref_": the per-round ratios to the reference)."""
+    if np.isnan(rec[f"{prefix}p_value"]):
         return ""
-    share = 100 * rec["new_larger"]
+    share = 100 * rec[f"{prefix}new_larger"]
+    what = "per-round ratios to the reference" if prefix else "samples"
     return (
-        f"{rec['base_raw_samples']:.0f} base and {rec['new_raw_samples']:.0f} new samples; the new sample is "
-        f"the slower in {share:.0f} % of pairs"
+        f"{rec[f'{prefix}base_raw_samples']:.0f} base and {rec[f'{prefix}new_raw_samples']:.0f} new {what}; "
+        f"the new one is the larger in {share:.0f} % of pairs"
     )
+
+
+def _confirmed_title(rec: pd.Series) -> str:
+    by = _text(rec.get("confirmed_by"))
+    return f"confirmed by the {by} witness{'es' if ' and ' in by else ''}" if by else ""
 
 
 def _ref_title(rec: pd.Series) -> str:
@@ -213,10 +225,13 @@ def build_compare_page(
         f"the base p80); a case unstable in either run (p20-p80 spread above {100 * UNSTABLE_SPREAD:.0f} % "
         "of its median) is noisy, never slower. A parity verdict that got worse (pass < inexact < fail) or "
         "a case that now errors also fails. Where both runs sampled the in-turn reference (an exp of each "
-        "case's logits, in the same rounds as its variants), every case, full_softmax included, is judged "
-        "by its time over the reference's, so a machine slower in one run moves both and cancels; the "
-        "absolute ratio stays beside it, and the reference's own shift is the machine's drift. Cases "
-        "without it keep the earlier rule (said in the drift line). The median ratio over all cases tells "
+        "case's logits, in the same rounds as its variants), a case's change has a second witness: its time "
+        "over the reference's (vs ref), confirmed by the same test on the per-round ratios, which takes out "
+        "a machine faster or slower in the seconds the case was sampled; either witness may confirm a "
+        "change, both confirming opposite ones is noisy. Every case, full_softmax included, is also judged "
+        "less the machine's drift (what the reference's own shift and the whole run's agree on), and its "
+        "change must clear its variant's run-to-run noise. Cases without the reference keep the earlier "
+        "rule (said in the drift line). The median ratio over all cases tells "
         "whether the whole machine was slower in one run.",
     )
     sections = [
