@@ -369,6 +369,14 @@ class Witness:
         return (1 if slower else -1) if confirmed else 0
 
 
+WITNESS_COLUMNS = {
+    "run": ("judged_ratio", "rule", "p_value", "new_larger", "band_low", "band_high"),
+    "reference": ("ref_judged_ratio", "ref_rule", "ref_p_value", "ref_new_larger", "ref_band_low",
+                  "ref_band_high"),
+}  # fmt: skip
+"""The table's columns behind each witness, in `Witness`'s order after its name."""
+
+
 def witnesses(row: pd.Series) -> list[Witness]:
     """The case's change as the run saw it and, where both runs sampled the reference in turn with it,
     as the reference saw it."""
@@ -376,14 +384,6 @@ def witnesses(row: pd.Series) -> list[Witness]:
     if _flag(row.get("by_reference")) and row.get("ref_rule"):
         seen.append(Witness("reference", *(row[c] for c in WITNESS_COLUMNS["reference"])))
     return seen
-
-
-WITNESS_COLUMNS = {
-    "run": ("judged_ratio", "rule", "p_value", "new_larger", "band_low", "band_high"),
-    "reference": ("ref_judged_ratio", "ref_rule", "ref_p_value", "ref_new_larger", "ref_band_low",
-                  "ref_band_high"),
-}  # fmt: skip
-"""The table's columns behind each witness, in `Witness`'s order after its name."""
 
 
 def _outcome(row: pd.Series, threshold: float) -> tuple[str, str]:
