@@ -23,6 +23,7 @@ from perfsuite.compare import run_noise
 from perfsuite.compare.match import REF_SECONDS, SECONDS, compare, drift_line, load_side, text_table
 from perfsuite.compare.rank_sum import ALPHA
 from perfsuite.measure import timing
+from perfsuite.report.compare_page import build_compare_page
 from perfsuite.results.read import load_samples
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 from perfsuite.scenario.settings import Timing
@@ -140,7 +141,7 @@ def test_a_machine_faster_in_the_second_run_does_not_hide_a_slower_full_softmax(
     assert set(others["outcome"]) <= {"same", "noisy"}
 
 
-def test_a_fast_spell_in_a_case_rounds_hides_no_slowdown_and_makes_nothing_faster():
+def test_a_fast_spell_in_a_case_rounds_hides_no_slowdown_and_makes_nothing_faster(tmp_path):
     """The measured misses: on a shared machine the new run was 20 % faster in the seconds a few shapes
     were sampled, so full_softmax 1.2x slower there came out about 0.96x and was "same", while its
     neighbours sampled in those seconds came out 0.8x, "faster" against a slower baseline. The reference
@@ -159,6 +160,12 @@ def test_a_fast_spell_in_a_case_rounds_hides_no_slowdown_and_makes_nothing_faste
     others = table[table["variant"] != "full_softmax"]
     assert (others.loc[[1000 + shape for shape in spells], "ratio"] < 0.85).all()
     assert set(others["outcome"]) <= {"same", "noisy"}
+    # the table and the page say which witness confirmed each case
+    text = text_table(result, limit=200)
+    assert "p vs ref" in text and "confirmed by" in text and " reference\n" in text
+    page = build_compare_page(result, tmp_path / "compare.html").read_text(encoding="utf-8")
+    assert page.count('title="confirmed by the reference witness;') == len(spells)
+    assert "<th>p vs ref</th>" in page
 
 
 def test_of_two_witnesses_confirming_opposite_changes_the_floor_backs_one_or_none():

@@ -198,12 +198,14 @@ def _spread_title(rec: pd.Series) -> str:
 
 
 def _rule_title(rec: pd.Series) -> str:
+    """How the witness behind the outcome was confirmed (the reference's where it alone confirmed it)."""
+    rule = rec.get("ref_rule") if rec.get("confirmed_by") == "reference" else rec.get("rule", "")
     return {
         "unstable": "unstable: a change past the threshold is noisy",
         "rank test": f"decided by the rank test (p < {ALPHA:g} confirms)",
         "p20/p80 band": "no raw samples: decided by the p20/p80 band",
         "medians": "no samples nor p20/p80: decided by the medians",
-    }.get(str(rec.get("rule", "")), "")
+    }.get(str(rule), "")
 
 
 def build_compare_page(
