@@ -45,6 +45,19 @@ def test_case_table_picks_the_fastest_exact_variant_and_its_ratios():
     assert row["best_%copy"] == 50.0
 
 
+def test_a_case_without_an_exact_variant_timed_has_no_best_exact_and_no_error():
+    """A sweep stopped mid-group (SIGTERM in CI) left a case with argmax_ones alone: the console table
+    printed on the way out raised in pandas' idxmin and turned exit 130 into an internal error."""
+    partial = to_frame(
+        [*rows(1, 151936, {"full_softmax": 60.0, "argmax_ones": 10.0, "identity": 40.0}),
+         *rows(1, 163840, {"argmax_ones": 12.0})]
+    )  # fmt: skip
+    table = summary.case_table(partial).set_index("vocab")
+    assert table.loc[151936, "best_exact"] == "identity" and table.loc[151936, "fastest"] == "argmax_ones"
+    assert pd.isna(table.loc[163840, "best_exact"]) and table.loc[163840, "fastest"] == "argmax_ones"
+    assert "163840" in summary.console_table(partial)
+
+
 def test_triton_targets_count_cases_and_the_worst():
     targets = summary.triton_targets(frame()).set_index("target")
     speed = targets.loc["B=1, V 129280-163840: full_softmax / triton_auto >= 5"]

@@ -103,6 +103,12 @@ def per_variant(frame: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
+def _fastest_of(medians: pd.DataFrame) -> pd.Series:
+    """Each case's variant with the smallest median; NaN for a case with none of these variants timed (a
+    sweep stopped mid-group, exact variants that all failed on a shape), where pandas' idxmin raises."""
+    return medians.dropna(how="all").idxmin(axis=1).reindex(medians.index)
+
+
 def case_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Medians (us) per case and variant; `fastest`: the fastest variant whatever its accuracy (with
     `fastest_accuracy`), `best_exact`: the fastest exact one, and its ratios: `full/best` (full_softmax over
@@ -118,11 +124,11 @@ def case_table(frame: pd.DataFrame) -> pd.DataFrame:
     accuracy = rows.groupby("variant")["accuracy"].agg(lambda a: a.iloc[0] if a.nunique() == 1 else "mixed")
     exact = [v for v in medians.columns if (rows[rows["variant"] == v]["accuracy"] == "exact").all()]
     table = medians.copy()
-    table["fastest"] = medians.idxmin(axis=1)
+    table["fastest"] = _fastest_of(medians)
     table["fastest_accuracy"] = table["fastest"].map(accuracy)
     table["unstable"] = rows.groupby(keys, dropna=False)["unstable"].sum()
     if exact:
-        best = medians[exact].idxmin(axis=1)
+        best = _fastest_of(medians[exact])
         best_us = medians[exact].min(axis=1)
         table["best_exact"] = best
         stats = rows.set_index([*keys, "variant"])
