@@ -118,12 +118,18 @@ def figures(table: Path) -> dict[str, float]:
     full = [r for r in timed if r["variant"] == "full_softmax"]
     stable = [r for r in full if r["base_unstable"] == "False" and r["new_unstable"] == "False"]
     refs = [float(r["ref_ratio"]) for r in timed if r.get("by_reference") == "True" and r["ref_ratio"]]
+    slower = [r for r in rows if r["outcome"] == "slower"]
     return {
         "cases": len(rows),
-        "slower": sum(r["outcome"] == "slower" for r in rows),
+        "slower": len(slower),
+        "faster": sum(r["outcome"] == "faster" for r in rows),
         "full_slower": sum(r["outcome"] == "slower" for r in full),
         "full_stable": len(stable),
         "full_stable_slower": sum(r["outcome"] == "slower" for r in stable),
+        **{
+            f"by {by}": sum(r.get("confirmed_by") == by for r in slower)
+            for by in ("run", "reference", "run and reference")
+        },
         "drift": statistics.median(float(r["ratio"]) for r in timed) if timed else float("nan"),
         "ref_drift": statistics.median(refs) if refs else float("nan"),
     }
@@ -174,11 +180,12 @@ def pairs(args: argparse.Namespace, out: Path) -> int:
         got = figures(out / f"pair{i}.csv")
         exits.append(code)
         flagged, stable = flagged + got["full_stable_slower"], stable + got["full_stable"]
+        by = ", ".join(f"{key} {got[key]}" for key in got if key.startswith("by ") and got[key])
         print(
             f"pair {i}: exit {code}, {got['slower']} of {got['cases']} slower "
-            f"({got['full_slower']} full_softmax); drift: all cases {got['drift']:.3f}x, reference "
-            f"{got['ref_drift']:.3f}x; full_softmax stable cases slower {got['full_stable_slower']} of "
-            f"{got['full_stable']}"
+            f"({got['full_slower']} full_softmax{'; confirmed ' + by if by else ''}), {got['faster']} "
+            f"faster; drift: all cases {got['drift']:.3f}x, reference {got['ref_drift']:.3f}x; "
+            f"full_softmax stable cases slower {got['full_stable_slower']} of {got['full_stable']}"
         )
         print(f"  {drift}")
     print(f"exits: {exits} ({sum(c == 0 for c in exits)} of {len(exits)} exit 0)")

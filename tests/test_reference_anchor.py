@@ -31,6 +31,7 @@ from perfsuite.scenario.settings import Timing
 VARIANTS = {"full_softmax": 60.0, "argmax_ones": 20.0, "identity": 25.0, "identity_engine_order": 26.0}
 """The quick sweep's eager variants and a median time each (microseconds) at the smallest shape."""
 REF_US = 15.0
+ROOT = Path(__file__).resolve().parent.parent
 SHAPES = 30
 ROUNDS = 25
 
@@ -166,6 +167,24 @@ def test_a_fast_spell_in_a_case_rounds_hides_no_slowdown_and_makes_nothing_faste
     page = build_compare_page(result, tmp_path / "compare.html").read_text(encoding="utf-8")
     assert page.count('title="confirmed by the reference witness;') == len(spells)
     assert "<th>p vs ref</th>" in page
+
+
+def test_aa_pairs_reads_the_witnesses_from_the_compare_table(tmp_path):
+    """`scripts/aa_pairs.py`'s per-pair figures, from the table `perfsuite compare --csv` writes: the
+    slower cases by witness, full_softmax's stable ones, the faster ones."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("aa_pairs", ROOT / "scripts" / "aa_pairs.py")
+    aa_pairs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(aa_pairs)
+    spells = {3: 0.8, 11: 0.8}
+    new = sampled_run(22, 1.0, {"full_softmax": 1.2}, run_label="run-b", spells=spells)
+    result = compare(frame(sampled_run(21, 1.0)), frame(new), 0.05)
+    result.table.to_csv(tmp_path / "pair.csv", index=False)
+    got = aa_pairs.figures(tmp_path / "pair.csv")
+    assert got["slower"] == got["full_slower"] == got["full_stable_slower"] == got["full_stable"] == SHAPES
+    assert got["by reference"] == len(spells) and got["faster"] == 0
+    assert got["by run and reference"] + got["by run"] == SHAPES - len(spells)
 
 
 def test_of_two_witnesses_confirming_opposite_changes_the_floor_backs_one_or_none():
