@@ -230,9 +230,10 @@ def build_compare_page(
         "case's logits, in the same rounds as its variants), a case's change has a second witness: its time "
         "over the reference's (vs ref), confirmed by the same test on the per-round ratios, which takes out "
         "a machine faster or slower in the seconds the case was sampled; either witness may confirm a "
-        "change, both confirming opposite ones is noisy. Every case, full_softmax included, is also judged "
-        "less the machine's drift (what the reference's own shift and the whole run's agree on), and its "
-        "change must clear its variant's run-to-run noise. Cases without the reference keep the earlier "
+        "change. Every case, full_softmax included, is also judged less the machine's drift (what the "
+        "reference's own shift and the whole run's agree on), and its change must clear its variant's "
+        "run-to-run noise, which backs at most one of two opposite confirmed changes (a case it backs "
+        "neither way is noisy). Cases without the reference keep the earlier "
         "rule (said in the drift line). The median ratio over all cases tells "
         "whether the whole machine was slower in one run.",
     )
