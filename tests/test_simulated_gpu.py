@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from perfsuite import cli, simulated_gpu, variants
+from perfsuite.compare.match import compare, load_side
 from perfsuite.kernels import plan as plans
 from perfsuite.measure import device, execution, machine, memory, timing
 from perfsuite.scenario import inputs
@@ -394,6 +395,14 @@ def test_run_every_variant_eager_and_graph(simulated, tmp_path):
     unroll = 2  # under both models' caps
     graph = measured[measured["path"] == "graph"]
     assert graph["timing"].str.startswith(f"graph replay x{unroll}").all()
+    # the in-turn reference on both paths (captured in the graph like the variants), and compare's
+    # second witness of each case from its per-round samples
+    assert measured["reference"].str.startswith("logits exp, ").all() and measured["vs_ref"].gt(0).all()
+    same = compare(load_side(out), load_side(out), 0.05).table
+    timed = same[same["base_status"] == "ok"]
+    assert len(timed) == len(measured) and timed["by_reference"].all()
+    assert timed["ref_rule"].ne("").all()  # a rank test, a band, or an unstable row: never nothing
+    assert timed["ref_judged_ratio"].eq(1).all() and set(timed["outcome"]) == {"same"}
     assert (out / "edge_cases.csv").exists()
     html = (out / "report.html").read_text()
     assert 'id="simulated"' in html and f"Simulated GPU ({simulated.name})" in html
