@@ -152,14 +152,13 @@ def run_in_turn(
                     speedup_p80=ratio.p80,
                     speedup_method="paired",
                 )
-        if ref is not None and guards and not any(g.broken for g in guards) and paired:
-            refs = [s for s in ref_samples if isinstance(s, timing.Samples)]
+        if ref is not None and paired and not any(g.broken for g in guards):  # paired: all Samples
             for i, own in samples.items():
                 try:
-                    rows[i].update(ref.figures(refs, own, rows[i]))
+                    rows[i].update(ref.figures(ref_samples, own, rows[i]))
                 except Exception:  # the reference's figures never break a measured row
                     continue
-                rows[i][REF_SAMPLES] = list(refs[0].seconds)
+                rows[i][REF_SAMPLES] = list(ref_samples[0].seconds)
     finally:
         ready.clear()
         ref = None

@@ -16,7 +16,7 @@ A case's change has two witnesses (`Witness`), each a new / base ratio with what
   alike); confirmed by the rank test on the per-round ratios (the case's sample over the reference's of
   the same round), the new ones divided by that bias first. It takes out what one
   figure per run cannot: a machine faster or slower in the seconds this case was sampled, which on a
-  shared machine hid some cases of a 1.2x slower full_softmax and called unchanged cases 1.35-1.5x faster.
+  shared machine hid some cases of a 1.2x slower full_softmax and called unchanged cases 1.17-1.69x faster.
 Rows without the same reference in both runs (results from before it, or with another reference workload,
 as format 2's copy; tensor-parallel rows) have the run's witness alone, with no drift taken out (the rule
 as it was); `drift_line` says how many.
