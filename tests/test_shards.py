@@ -130,6 +130,34 @@ def test_merge_refuses_shards_of_other_settings_or_twice_and_notes_a_missing_one
     assert any("shards 1 of 3 are missing" in note for note in merged.notes)
 
 
+def test_a_shard_stopped_before_its_first_row_is_noted_and_the_others_merge(tmp_path, capsys):
+    """Slurm's scancel landed on a shard between its run.json and its first row (the clean-clone CI met
+    it): its row logs were empty, and merging, `report` and `compare` of the run failed on it."""
+    scenario, out = scenario_file(tmp_path), tmp_path / "out"
+    for i in (0, 2):
+        assert run_shard(scenario, out, f"{i}/3") == 0
+    assert run_shard(scenario, out, "1/3", "--only", "no-such-case*") == 0  # a shard folder, no row
+    stopped = out / "shard-1-of-3"
+    for name in ("results.csv", "draft.csv", "samples.jsonl"):
+        (stopped / name).unlink(missing_ok=True)
+    (stopped / "results.json").write_text("[]\n")  # as the SIGTERM handler leaves it
+    assert sweep_shards.wrote_no_row(stopped) and not sweep_shards.wrote_no_row(out / "shard-0-of-3")
+    merged = sweep_shards.load([out])
+    assert merged is not None and stopped not in merged.folders and len(merged.folders) == 2
+    assert set(merged.frame["source"]) == {"shard-0-of-3", "shard-2-of-3"}
+    assert any("shards 1 of 3 stopped before their first row" in note for note in merged.notes)
+    capsys.readouterr()
+    assert cli.main(["report", str(out)]) == 0 and (out / "report.html").exists()
+    assert cli.main(["compare", str(out), str(out)]) == 0
+    for i in (0, 2):  # no shard with a row: one line, exit 2
+        for name in ("results.csv", "results.json", "samples.jsonl"):
+            (out / f"shard-{i}-of-3" / name).unlink(missing_ok=True)
+        (out / f"shard-{i}-of-3" / "results.jsonl").write_text("")
+    capsys.readouterr()
+    assert cli.main(["report", str(out)]) == cli.EXIT_USAGE
+    assert "no shard wrote a row yet" in capsys.readouterr().err
+
+
 def test_merge_refuses_a_plain_run_among_shards(tmp_path, capsys):
     scenario = scenario_file(tmp_path)
     assert run_shard(scenario, tmp_path / "s", "0/2") == 0

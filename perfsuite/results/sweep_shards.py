@@ -206,10 +206,35 @@ def merge(paths: Sequence[str | Path]) -> Merged | None:
         notes.append(
             f"the shards' labels differ ({', '.join(sorted(set(labels.values())))}): merged as run {label}"
         )
-    unfinished = [str(seen[i]) for i in ordered if manifests[folders.index(seen[i])].get("interrupted")]
+    silent = [i for i in ordered if wrote_no_row(seen[i])]
+    if silent and len(silent) == len(ordered):
+        where = seen[ordered[0]].parent
+        raise ShardError(f"{where}: no shard wrote a row yet (each stopped before its first)")
+    if silent:
+        notes.append(
+            f"shards {', '.join(str(i) for i in silent)} of {count} stopped before their first row "
+            "(cancelled or killed at the start): their cases are not shown"
+        )
+    kept = [i for i in ordered if i not in silent]
+    unfinished = [str(seen[i]) for i in kept if manifests[folders.index(seen[i])].get("interrupted")]
     if unfinished:
         notes.append(f"interrupted shards (partial): {', '.join(unfinished)}")
-    return Merged([seen[i] for i in ordered], label, notes)
+    return Merged([seen[i] for i in kept], label, notes)
+
+
+def wrote_no_row(folder: Path) -> bool:
+    """Whether a run folder's row logs (`kinds.logs()`: results.jsonl, draft.jsonl) are all there and
+    empty: a shard cancelled or killed before its first row, whose results.json, if a handler wrote it on
+    the way out, is an empty list."""
+    from perfsuite.cases import kinds
+
+    logs = [folder / name for name in kinds.logs()]
+    return all(log.is_file() and not _holds_text(log) for log in logs)
+
+
+def _holds_text(path: Path) -> bool:
+    with path.open("rb") as f:  # a row log can be large: its first bytes are enough
+        return bool(f.read(4096).strip())
 
 
 def relabel(frame: pd.DataFrame | None, label: str) -> pd.DataFrame | None:
