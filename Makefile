@@ -20,8 +20,9 @@ setup: $(STAMP)
 quick: setup
 	$(BIN)/perfsuite run scenarios/quick.toml --out reports/quick
 
+# both cores (pytest-xdist; the benchmark front end's own pytest runs without it)
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 bench: setup
 	$(BIN)/python -m pytest benchmarks -q --benchmark-json reports/bench.json

@@ -54,7 +54,7 @@ PARAMS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits")
 
 def front_end(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m pytest benchmarks ARGS` in a fresh process (its own session, threads and storage)."""
-    env = {**os.environ, **(env or {})}
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if not k.startswith("PYTEST_XDIST")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return subprocess.run(
         [
