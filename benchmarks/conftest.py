@@ -24,12 +24,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.measure import machine
+from perfsuite.core import machine
+from perfsuite.core.settings import apply_threads
 from perfsuite.measure.device import DeviceInfo, detect
 from perfsuite.measure.environment import environment
 from perfsuite.results import run_dir
 from perfsuite.scenario.load import Case, Scenario, ScenarioError, expand, load
-from perfsuite.scenario.settings import apply_threads
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "quick.toml"
 PARAMS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits")

@@ -30,10 +30,11 @@ from __future__ import annotations
 import pytest
 
 from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.distributed import tp_variants
-from perfsuite.measure import machine, timing
+from perfsuite.core import machine
+from perfsuite.measure import timing
 from perfsuite.results.rows import case_row, stamp
 from perfsuite.scenario.load import Case
+from perfsuite.variants import tensor_parallel as tp_variants
 
 CLOCK = timing.SampleClock()
 TENSOR_PARALLEL = "a tensor-parallel case: it runs under torchrun (`perfsuite run`), not here"

@@ -31,12 +31,12 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite import variants
-from perfsuite.console import first_line, interruptible, number_at_least
+from perfsuite.core.console import first_line, interruptible, number_at_least
 from perfsuite.scenario.load import SWEEP_CHECKS, Scenario, ScenarioError, expand, load
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_REGRESSION = EXIT_PROBLEM = EXIT_PARITY  # the other findings share status 1
-EXIT_BUDGET = 124  # `warm` stopped at its --budget with launches left (perfsuite.kernels.warm.EXIT_BUDGET)
+EXIT_BUDGET = 124  # `warm` stopped at its --budget with launches left (perfsuite.tools.warm.EXIT_BUDGET)
 DEBUG_ENV = "PERFSUITE_DEBUG"
 
 
@@ -45,7 +45,7 @@ class UsageError(Exception):
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from perfsuite.draft import expand_draft
+    from perfsuite.cases.draft import expand_draft
 
     scenario = load(args.scenario)
     cases = expand(scenario)
@@ -87,7 +87,7 @@ def _scenario(args: argparse.Namespace):
 def _draft_variants(scenario: Scenario, chosen: tuple[str, ...]) -> dict:
     """The scenario's extra tables with `--variant` in place of each `[draft]` table's variants, checked
     now (a tensor-parallel name there is one line, exit 2)."""
-    from perfsuite.draft.spec import parse_draft
+    from perfsuite.cases.draft.spec import parse_draft
 
     raw = scenario.extra.get("draft")
     if raw is None:
@@ -271,7 +271,7 @@ def result_keys(args: argparse.Namespace) -> list[str]:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from perfsuite.cases import kinds
+    from perfsuite.core import kinds
     from perfsuite.report import build_report, load_many
     from perfsuite.results import sweep_shards
     from perfsuite.results.read import load_samples, read_table, run_notes
@@ -316,8 +316,8 @@ def _sibling(path: Path, n_results: int) -> Path | None:
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
     from perfsuite import kernels
+    from perfsuite.core.dtypes import dtype_of
     from perfsuite.kernels import resources
-    from perfsuite.scenario.inputs import dtype_of
 
     targets = list(dict.fromkeys(args.target)) or list(resources.DEFAULT_TARGETS)
     unknown = sorted(set(targets) - set(resources.TARGETS))
@@ -351,9 +351,10 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from perfsuite import kernels
-    from perfsuite.kernels import tuned, tuner
+    from perfsuite.core import settings
+    from perfsuite.kernels import tuned
     from perfsuite.measure.device import detect
-    from perfsuite.scenario import settings
+    from perfsuite.tools import tuner
 
     scenario = _scenario(args)
     settings.apply_threads(scenario.timing.threads)
@@ -378,7 +379,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: the shapes tuned so far are in {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(tuner.summary(outcome.table).to_string(index=False))
+    print(pd.DataFrame(outcome.table.summary()).to_string(index=False))
     print(f"  table      {out}\n  candidates {csv}")
     if out.parent != tuned.PACKAGED:
         print(f"triton_auto uses it where {tuned.PLANS_ENV}={out} (or copy it into {tuned.PACKAGED})")
@@ -386,7 +387,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from perfsuite import conformance
+    from perfsuite.correctness import conformance
     from perfsuite.measure.device import resolve_device
 
     try:
@@ -629,7 +630,7 @@ def parser() -> argparse.ArgumentParser:
         "warm",
         help="fill Triton's compile cache with the launches of scenarios and the conformance battery, in "
         "parallel on this GPU (exit 124: stopped at --budget)",
-        module="perfsuite.kernels.warm",
+        module="perfsuite.tools.warm",
     )
     sub.add_parser(
         "summary",

@@ -73,8 +73,8 @@ def assert_conforms(table: Any) -> None:
 
 
 def check(spec: str, device: str = "auto", **options: Any) -> Any:
-    """The battery's table for `spec` (`perfsuite.conformance.rows`' options: cases, dtypes, quick)."""
-    from perfsuite import conformance
+    """The battery's table for `spec` (`conformance.rows`' options: cases, dtypes, quick)."""
+    from perfsuite.correctness import conformance
 
     return conformance.frame(conformance.rows(spec, _device(device), **options))
 
@@ -126,7 +126,7 @@ class BatteryCollector(pytest.Collector):
         self.spec = spec
 
     def collect(self) -> Iterable[BatteryItem]:
-        from perfsuite import conformance
+        from perfsuite.correctness import conformance
 
         config = self.config
         rows = conformance.rows(
@@ -144,7 +144,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     specs = config.getoption(SELECTOR_OPTION)
     if not specs:
         return
-    from perfsuite import conformance, variants
+    from perfsuite import variants
+    from perfsuite.correctness import conformance
 
     for spec in specs:
         try:
@@ -201,12 +202,13 @@ def perfsuite_benchmark(benchmark: Any) -> Callable[..., Any]:
         logits: str = "gaussian",
     ) -> Any:
         from perfsuite import variants
+        from perfsuite.core import dtypes
         from perfsuite.measure.device import synchronize
         from perfsuite.scenario import inputs
 
         where = _device(device)
         variant = variants.get(spec)
-        x = inputs.make_logits(logits, batch, vocab, inputs.dtype_of(dtype), seed=0, device=where)
+        x = inputs.make_logits(logits, batch, vocab, dtypes.dtype_of(dtype), seed=0, device=where)
         variant(x, k)  # compiles, allocates preallocated outputs; a wrong return raises here
 
         def call() -> Any:

@@ -1,6 +1,6 @@
 """Running a scenario: each case timed, its traffic accounted for and its results checked for parity.
 
-Each case kind (`perfsuite.cases.kinds`: kernel, tensor parallel, draft) gives the scenario's cases and
+Each case kind (`perfsuite.core.kinds`: kernel, tensor parallel, draft) gives the scenario's cases and
 runs them; every case becomes one row, appended to its kind's log the moment it finishes; a case that
 cannot run records why (skipped) and a case that breaks records its error, and the sweep goes on.
 """
@@ -14,19 +14,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.cases import kinds
 from perfsuite.cases.protocol import SAMPLES
-from perfsuite.console import utc_now
+from perfsuite.core import dtypes, kinds, machine
+from perfsuite.core.console import utc_now
+from perfsuite.core.settings import apply_threads
 from perfsuite.correctness import edge_cases
-from perfsuite.measure import machine
 from perfsuite.measure.device import DeviceInfo, detect
 from perfsuite.measure.environment import environment, gpu_state
 from perfsuite.results import run_dir, sweep_shards
 from perfsuite.results.schema import add_speedups
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
-from perfsuite.scenario import inputs
 from perfsuite.scenario.load import Scenario
-from perfsuite.scenario.settings import apply_threads
 
 
 @dataclass
@@ -82,12 +80,15 @@ def run_scenario(
     `out_dir`, or `resume` meets a log of other settings or of another shard; without `resume`, an
     earlier run's files move to `out_dir/earlier/`.
     """
+    # every kind's cases, in run order, each kind's table checked before the folder is touched
+    every = [(kind, case) for kind in kinds.KINDS for case in kind.cases_of(scenario)]
     with run_dir.claimed(out_dir):
-        return _run(scenario, out_dir, resume, progress, counters, only, label, shard)
+        return _run(scenario, every, out_dir, resume, progress, counters, only, label, shard)
 
 
 def _run(
     scenario: Scenario,
+    every: list[tuple[kinds.CaseKind, object]],
     out_dir: Path,
     resume: bool,
     progress: bool,
@@ -128,9 +129,7 @@ def _run(
         manifest["shard"] = {"index": shard.index, "count": shard.count}
     run_dir.write_manifest(out_dir, manifest)
     chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
-    # every kind's cases, in run order; a shard takes whole units (`kind.unit`) of any kind
-    every = [(kind, case) for kind in kinds.KINDS for case in kind.cases_of(scenario)]
-    units = {kind.name: kind.part("unit") for kind in kinds.KINDS}
+    units = {kind.name: kind.part("unit") for kind in kinds.KINDS}  # a shard takes whole units
     mine = sweep_shards.select(every, lambda pair: (pair[0].name, units[pair[0].name](pair[1])), shard)
     todo: dict[str, list] = {kind.name: [] for kind in kinds.KINDS}
     for kind, case in mine:
@@ -258,13 +257,13 @@ def finish(
         tables[kind.table_file] = table
     edges = None
     (out_dir / "edge_cases.csv").unlink(missing_ok=True)
-    from perfsuite.distributed.tp_variants import is_tp_variant
+    from perfsuite.variants.tensor_parallel import is_tp_variant
 
     # built-in and external single-device selectors
     names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if not is_tp_variant(v)))
     if names and edge_matrix and not interrupted:
-        dtypes = list(dict.fromkeys(inputs.dtype_of(d) for s in scenario.sweeps for d in s.dtypes))
-        edges = edge_cases.matrix(dtypes, edge_cases.EDGE_TOPK, names, info.device)
+        wanted = list(dict.fromkeys(dtypes.dtype_of(d) for s in scenario.sweeps for d in s.dtypes))
+        edges = edge_cases.matrix(wanted, edge_cases.EDGE_TOPK, names, info.device)
         files["edge_cases"] = out_dir / "edge_cases.csv"
         edges.to_csv(files["edge_cases"], index=False)
     from perfsuite.report import build_report

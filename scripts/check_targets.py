@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from perfsuite import cli, variants  # noqa: E402
 from perfsuite.compare.match import compare, load_side  # noqa: E402
-from perfsuite.measure import machine, timing  # noqa: E402
-from perfsuite.scenario import settings  # noqa: E402
-from perfsuite.scenario.settings import Timing  # noqa: E402
+from perfsuite.core import machine, settings  # noqa: E402
+from perfsuite.core.settings import Timing  # noqa: E402
+from perfsuite.measure import timing  # noqa: E402
 
 THRESHOLD = 0.05
 LOADED_SHARE = 0.02

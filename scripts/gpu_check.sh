@@ -200,8 +200,8 @@ warm_args() {  # the warm command's arguments for what the later stages launch (
 
 warm_for_later() {  # the compile plan of every later stage, in parallel, within what the stage has left
   local budget rc
-  if [ ! -f perfsuite/kernels/warm.py ]; then
-    skip "perfsuite/kernels/warm.py is not in this checkout"
+  if [ ! -f perfsuite/tools/warm.py ]; then
+    skip "perfsuite/tools/warm.py is not in this checkout"
     return 0
   fi
   budget=$(left)

@@ -1,6 +1,6 @@
 """Write the example logits file, `scenarios/data/draft_head_logits.pt`, from the draft loop's own head.
 
-The rows are the logits the draft loop hands its selector (perfsuite.draft): a tiny EAGLE-style head
+The rows are the logits the draft loop hands its selector (perfsuite.cases.draft): a tiny EAGLE-style head
 (V 16384, H 256, bf16, random weights from seed 0), one draft cycle over 8 sequences on the topk-1 chain
 (draft extend, then 3 decode steps): 4 selections x 8 rows = `[32, 16384]` bf16, 1 MiB. The head's weights
 are random, so this is the draft loop's distribution, not a trained model's: an example of the format and
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from perfsuite.draft.head import DraftHead, HeadConfig, inputs_for
-from perfsuite.draft.loop import DraftLoop, LoopConfig
+from perfsuite.cases.draft.head import DraftHead, HeadConfig, inputs_for
+from perfsuite.cases.draft.loop import DraftLoop, LoopConfig
 
 OUT = Path(__file__).resolve().parents[1] / "scenarios" / "data" / "draft_head_logits.pt"
 HEAD = HeadConfig(vocab=16384, hidden=256, dtype="bfloat16", layers=1, logits="head", seed=0)

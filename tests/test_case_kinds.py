@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from perfsuite import cli
-from perfsuite.cases import kinds
+from perfsuite.core import kinds
 from perfsuite.report.blocks import Note, Section
 from perfsuite.results.schema import RUN_COLUMNS
 from perfsuite.scenario import load as scenarios
@@ -68,7 +68,6 @@ def sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[S
 ECHO = kinds.CaseKind(
     name="echo",
     table="echo",
-    parse=f"{HERE}:parse",
     cases=f"{HERE}:cases",
     unit=f"{HERE}:unit",
     run=f"{HERE}:run",
@@ -96,10 +95,13 @@ def test_without_the_kind_its_table_is_refused(tmp_path):
         scenarios.load(_scenario(tmp_path))
 
 
-def test_the_kinds_parser_validates_its_table_at_load(with_echo, tmp_path):
+def test_the_kind_checks_its_table_before_a_run_touches_its_folder(with_echo, tmp_path, capsys):
     assert scenarios.load(_scenario(tmp_path)).extra["echo"] == {"values": [3, 1, 2]}
-    with pytest.raises(scenarios.ScenarioError, match=r"\[echo\]\.values"):
-        scenarios.load(_scenario(tmp_path, SCENARIO.replace("[3, 1, 2]", '["x"]')))
+    out = tmp_path / "out"
+    bad = _scenario(tmp_path, SCENARIO.replace("[3, 1, 2]", '["x"]'))
+    assert cli.main(["run", str(bad), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE
+    assert "[echo].values" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_a_fourth_kind_runs_logs_writes_and_reports(with_echo, tmp_path, capsys):

@@ -46,7 +46,7 @@ logits = ["gaussian"]
 def test_exit_codes_are_distinct_and_listed_in_help(capsys):
     assert len(set(CODES.values())) == len(CODES)
     assert cli.EXIT_REGRESSION == cli.EXIT_PROBLEM == cli.EXIT_PARITY  # findings of compare and kernels
-    from perfsuite.kernels import warm
+    from perfsuite.tools import warm
 
     assert cli.EXIT_BUDGET == warm.EXIT_BUDGET and cli.EXIT_INTERRUPTED == warm.EXIT_INTERRUPTED
     with pytest.raises(SystemExit):
@@ -133,7 +133,7 @@ def test_sigterm_mid_sweep_writes_the_results_and_exits_130(tmp_path):
 def test_sigint_interrupts_even_when_inherited_as_ignored():
     """A non-interactive shell starts background jobs with SIGINT ignored; `kill -INT` must still stop
     a perfsuite command (gpu_check's budgets, a script's cleanup), and the disposition comes back after."""
-    from perfsuite.console import interruptible
+    from perfsuite.core.console import interruptible
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import cli, conformance, kernels, simulated_gpu
-from perfsuite.conformance import battery_cases as catalogue
-from perfsuite.conformance import interpreter
+from perfsuite import cli, kernels, simulated_gpu
+from perfsuite.correctness import conformance
+from perfsuite.correctness.conformance import battery_cases as catalogue
+from perfsuite.correctness.conformance import interpreter
 from perfsuite.variants import external
 
 DATA = Path(__file__).parent / "data"

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from perfsuite import cli
+from perfsuite.core import dtypes
 from perfsuite.measure.device import DeviceInfo
 from perfsuite.report import build_report
 from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
@@ -243,11 +244,10 @@ def test_a_tool_that_fails_or_hangs_is_a_reason(tmp_path, monkeypatch):
 
 def _model(case: Case, cache_bytes: int = 0) -> int:
     from perfsuite import variants
-    from perfsuite.scenario import inputs
 
     return (
         variants.get(case.variant)
-        .traffic(case.batch, case.vocab, case.topk, inputs.dtype_of(case.dtype))
+        .traffic(case.batch, case.vocab, case.topk, dtypes.dtype_of(case.dtype))
         .hbm(cache_bytes)
     )
 

@@ -1,5 +1,5 @@
-"""Vocabulary-parallel selection (perfsuite.distributed): shards, partials, TP variants over gloo, the worker
-under torchrun, the launcher, the bytes models, the scenario files and the HTML fragment.
+"""Vocabulary-parallel selection (the tensor-parallel variants and case kind): shards, partials, TP variants
+over gloo, the worker under torchrun, the launcher, the bytes models, the scenario files, the HTML fragment.
 
 Multi-process tests run 2 gloo ranks on the CPU: one `torch.multiprocessing.spawn` with a FileStore for
 the variants, one torchrun (through the launcher) for the worker's rows. The NCCL test needs 2 GPUs.
@@ -20,17 +20,18 @@ import torch
 import torch.multiprocessing as mp
 
 from perfsuite import kernels
+from perfsuite.cases.tensor_parallel import launch, tp_cases, tp_rows
+from perfsuite.cases.tensor_parallel.tp_cases import CaseFailed, TPCaseRunner
 from perfsuite.correctness import parity
-from perfsuite.distributed import group, launch, partials, tp_cases, tp_rows, tp_variants
-from perfsuite.distributed.shard import local_slice, padded_width, shard_of
-from perfsuite.distributed.tp_cases import CaseFailed, TPCaseRunner
-from perfsuite.distributed.tp_variants import Local, sharded_triton
 from perfsuite.kernels import plan as plans
 from perfsuite.measure.device import detect
 from perfsuite.report import tp_section as report
 from perfsuite.results import rows as row_pieces
 from perfsuite.scenario.inputs import make_logits
 from perfsuite.scenario.load import Case, ScenarioError, Timing
+from perfsuite.variants import tensor_parallel as tp_variants
+from perfsuite.variants.tensor_parallel import Local, group, partials, sharded_triton
+from perfsuite.variants.tensor_parallel.shard import local_slice, padded_width, shard_of
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, BF16 = torch.float32, torch.bfloat16

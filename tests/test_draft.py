@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from perfsuite import kernels, variants
-from perfsuite.draft import (
+from perfsuite.cases.draft import (
     DraftHead,
     DraftLoop,
     HeadConfig,
@@ -29,9 +29,9 @@ from perfsuite.draft import (
     run_draft,
     timing_unroll,
 )
-from perfsuite.draft.consumer import compare, orphan_share, split
-from perfsuite.draft.counting import CPU_UNIT, count_kernels
-from perfsuite.draft.draft_cases import FAST_PATH, ORGANISATION
+from perfsuite.cases.draft.consumer import compare, orphan_share, split
+from perfsuite.cases.draft.counting import CPU_UNIT, count_kernels
+from perfsuite.cases.draft.draft_cases import FAST_PATH, ORGANISATION
 from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect
 from perfsuite.report.draft_section import NOT_SGLANG, draft_html
 from perfsuite.results.schema import DRAFT_COLUMNS

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from perfsuite import variants
-from perfsuite.draft import (
+from perfsuite.cases.draft import (
     DraftHead,
     DraftLoop,
     DraftRunner,
@@ -20,8 +20,8 @@ from perfsuite.draft import (
     reference_select,
     run_draft,
 )
-from perfsuite.draft.consumer import identical
-from perfsuite.draft.loop import (
+from perfsuite.cases.draft.consumer import identical
+from perfsuite.cases.draft.loop import (
     DEFAULT_ACCEPT,
     DraftTree,
     accept_lengths,
@@ -29,7 +29,7 @@ from perfsuite.draft.loop import (
     extend_index,
     parse_accept,
 )
-from perfsuite.draft.spec import draft_sweeps, expand_draft
+from perfsuite.cases.draft.spec import draft_sweeps, expand_draft
 from perfsuite.measure.device import detect
 from perfsuite.scenario import load as scenario
 

@@ -13,7 +13,7 @@ import torch
 from support import HAS_GPU
 
 from perfsuite import variants
-from perfsuite.draft import (
+from perfsuite.cases.draft import (
     DraftHead,
     DraftLoop,
     GraphCache,
@@ -23,14 +23,14 @@ from perfsuite.draft import (
     run_draft,
     timing_unroll,
 )
-from perfsuite.draft.clock import device_sampler
-from perfsuite.draft.consumer import identical
-from perfsuite.draft.draft_cases import FAST_PATH
-from perfsuite.draft.graph import graph_body
+from perfsuite.cases.draft.clock import device_sampler
+from perfsuite.cases.draft.consumer import identical
+from perfsuite.cases.draft.draft_cases import FAST_PATH
+from perfsuite.cases.draft.graph import graph_body
+from perfsuite.core.settings import Timing
 from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect
 from perfsuite.measure.execution import GraphCaptureError
 from perfsuite.scenario import load as scenario
-from perfsuite.scenario.settings import Timing
 from perfsuite.variants import external
 
 pytestmark = pytest.mark.usefixtures("gpu")

@@ -197,10 +197,10 @@ def test_a_compile_group_times_the_compiled_baseline_in_turn(monkeypatch):
     """Both selectors of a compile group go through `execution.compiled` (stubbed: torch.compile costs seconds
     per shape here) and are sampled in turn: the variant's speedup is paired with the compiled baseline."""
     from perfsuite.cases.kernel import KernelCaseRunner
+    from perfsuite.core.settings import Timing
     from perfsuite.measure import execution
     from perfsuite.measure.device import detect
     from perfsuite.measure.environment import environment
-    from perfsuite.scenario.settings import Timing
 
     compiled = []
     monkeypatch.setattr(execution, "compiled", lambda select: compiled.append(select) or select)

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from perfsuite import cli, variants
+from perfsuite.cases.draft import expand_draft
 from perfsuite.correctness import parity
-from perfsuite.draft import expand_draft
 from perfsuite.scenario import inputs
 from perfsuite.scenario import load as scenario
 from perfsuite.scenario.validate import ScenarioError

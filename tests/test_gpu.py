@@ -8,10 +8,10 @@ import torch
 from support import HAS_GPU, needs_real_gpu
 
 from perfsuite import variants
+from perfsuite.core.settings import Timing
 from perfsuite.correctness import parity
 from perfsuite.measure import device, execution, memory, timing
 from perfsuite.scenario import inputs
-from perfsuite.scenario.settings import Timing
 
 pytestmark = pytest.mark.usefixtures("gpu")
 VOCAB, BATCH = (151936, 16) if HAS_GPU else (2048, 4)  # the simulated GPU interprets Triton: small shapes

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from perfsuite.core import dtypes
 from perfsuite.correctness import logits_shape
 from perfsuite.scenario import inputs
 
@@ -15,7 +16,7 @@ from perfsuite.scenario import inputs
 @pytest.mark.parametrize("kind", sorted(inputs.KINDS))
 @pytest.mark.parametrize("dtype", ["float32", "bf16", "fp16"])
 def test_shape_dtype_and_determinism(kind, dtype):
-    dt = inputs.dtype_of(dtype)
+    dt = dtypes.dtype_of(dtype)
     a = inputs.make_logits(kind, 3, 500, dt, seed=7)
     b = inputs.make_logits(kind, 3, 500, dt, seed=7)
     c = inputs.make_logits(kind, 3, 500, dt, seed=8)

@@ -16,15 +16,16 @@ import pytest
 import torch
 
 from perfsuite import kernels, variants
+from perfsuite.core.dtypes import dtype_of
 from perfsuite.kernels import plan as plans
-from perfsuite.scenario.inputs import dtype_of, make_logits
+from perfsuite.scenario.inputs import make_logits
 from perfsuite.scenario.load import expand, load
 
 if not kernels.triton_installed():
     pytest.skip(kernels.NO_TRITON, allow_module_level=True)
 
-from perfsuite.kernels import compile_plan, warm
 from perfsuite.kernels import topk_softmax as ts
+from perfsuite.tools import compile_plan, warm
 
 ROOT = Path(__file__).parents[1]
 
@@ -162,7 +163,7 @@ def test_the_gpu_check_compiles_23_specialisations():
 
 
 def test_tune_adds_every_candidate_plan():
-    from perfsuite.kernels import tuner
+    from perfsuite.tools import tuner
 
     hw = plans.Hardware(sms=132)
     cases = expand(load(ROOT / "scenarios" / "tune.toml"))
@@ -221,7 +222,7 @@ def test_bad_input_is_one_message(tmp_path, capsys):
 
 
 def test_perfsuite_warm_is_the_same_command(tmp_path, monkeypatch, capsys):
-    """`perfsuite warm` parses the same options and exits as `python -m perfsuite.kernels.warm` does."""
+    """`perfsuite warm` parses the same options and exits as `python -m perfsuite.tools.warm` does."""
     from perfsuite import cli
 
     missing = str(tmp_path / "missing.toml")
@@ -237,7 +238,7 @@ def test_perfsuite_warm_is_the_same_command(tmp_path, monkeypatch, capsys):
             command = exited.code
         command_err = capsys.readouterr().err.splitlines()[-1]
         assert command == alias == warm.EXIT_USAGE
-        assert command_err == alias_err.replace("python -m perfsuite.kernels.warm", "perfsuite warm")
+        assert command_err == alias_err.replace("python -m perfsuite.tools.warm", "perfsuite warm")
     monkeypatch.delenv(kernels.INTERPRET_ENV, raising=False)
     assert cli.main(["warm", str(_scenario(tmp_path, TINY)), "--jobs", "1"]) == warm.EXIT_OK
     assert "no GPU here (cpu): nothing to warm" in capsys.readouterr().out
@@ -246,7 +247,7 @@ def test_perfsuite_warm_is_the_same_command(tmp_path, monkeypatch, capsys):
 def test_the_battery_plan_is_what_the_battery_launches(recorded):
     """`perfsuite check --quick` on the Triton selectors launches exactly the keys the compile plan
     derives from the battery's inputs (row-strided, shifted and int64-strided views, every dtype)."""
-    from perfsuite.conformance import battery
+    from perfsuite.correctness.conformance import battery
 
     cpu, hw = torch.device("cpu"), plans.hardware(torch.device("cpu"))
     names = ["triton_auto", "triton_fused", "triton_split"]
@@ -263,12 +264,12 @@ def test_the_battery_plan_is_what_the_battery_launches(recorded):
 
 
 def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, recorded):
+    from perfsuite.cases.draft.draft_cases import _reuses_outputs
+    from perfsuite.cases.draft.head import DraftHead
+    from perfsuite.cases.draft.loop import DraftLoop
+    from perfsuite.cases.draft.spec import expand_draft
     from perfsuite.correctness import edge_cases
     from perfsuite.correctness.edge_cases import EDGE_TOPK
-    from perfsuite.draft.draft_cases import _reuses_outputs
-    from perfsuite.draft.head import DraftHead
-    from perfsuite.draft.loop import DraftLoop
-    from perfsuite.draft.spec import expand_draft
 
     cpu, hw = torch.device("cpu"), plans.hardware(torch.device("cpu"))
     scenario = load(_scenario(tmp_path, TINY))

@@ -1,6 +1,6 @@
 """One command: `perfsuite warm`, `perfsuite summary` and `perfsuite tp-page` are subcommands of
 `perfsuite`, their options defined once in their modules, which `perfsuite` imports only when they run;
-`python -m perfsuite.kernels.warm`, `perfsuite.report.summary` and `perfsuite.report.tp_section` stay as
+`python -m perfsuite.tools.warm`, `perfsuite.report.summary` and `perfsuite.report.tp_section` stay as
 aliases. (Each command's own tests: tests/test_kernel_warm.py, tests/test_summary.py.)"""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from perfsuite.report import tp_section
 
 ROOT = Path(__file__).parents[1]
 COMMANDS = {
-    "warm": "perfsuite.kernels.warm",
+    "warm": "perfsuite.tools.warm",
     "summary": "perfsuite.report.summary",
     "tp-page": "perfsuite.report.tp_section",
 }

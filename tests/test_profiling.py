@@ -117,7 +117,7 @@ def one_thread(monkeypatch) -> Iterator[None]:
     before = torch.get_num_threads()
     monkeypatch.setenv(
         "OMP_NUM_THREADS", "1"
-    )  # perfsuite.scenario.settings.apply_threads sets it; restored after the test
+    )  # perfsuite.core.settings.apply_threads sets it; restored after the test
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)

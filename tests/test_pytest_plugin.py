@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import perfsuite.conformance  # noqa: F401  here, so pytester's in-process runs do not re-import pandas
+import perfsuite.correctness.conformance  # noqa: F401  here, so pytester's in-process runs do not re-import pandas
 
 pytest_plugins = ["pytester"]
 

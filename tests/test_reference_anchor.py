@@ -22,11 +22,11 @@ from perfsuite.cases import protocol
 from perfsuite.compare import run_noise
 from perfsuite.compare.match import REF_SECONDS, SECONDS, compare, drift_line, load_side, text_table
 from perfsuite.compare.rank_sum import ALPHA
+from perfsuite.core.settings import Timing
 from perfsuite.measure import timing
 from perfsuite.report.compare_page import build_compare_page
 from perfsuite.results.read import load_samples
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
-from perfsuite.scenario.settings import Timing
 
 VARIANTS = {"full_softmax": 60.0, "argmax_ones": 20.0, "identity": 25.0, "identity_engine_order": 26.0}
 """The quick sweep's eager variants and a median time each (microseconds) at the smallest shape."""

@@ -428,7 +428,7 @@ def test_a_stable_run_on_an_idle_machine_has_no_warnings(tmp_path: Path) -> None
 
 def test_shared_machine_warning_from_the_rows(tmp_path: Path) -> None:
     """`perfsuite report DIR/results.csv` without run.json: the rows' other_cores say it was shared."""
-    from perfsuite.measure.machine import SHARED_CORES
+    from perfsuite.core.machine import SHARED_CORES
 
     busy = {"full_softmax": SHARED_CORES + 1.0, "identity": SHARED_CORES + 0.5, "argmax_ones": 0.0}
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0, "argmax_ones": 40.0}, other_cores=busy)

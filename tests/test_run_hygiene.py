@@ -14,11 +14,11 @@ import torch
 from perfsuite import cli, kernels
 from perfsuite.cases import protocol
 from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.measure import machine, memory, timing
+from perfsuite.core import machine, settings
+from perfsuite.core.settings import Timing
+from perfsuite.measure import memory, timing
 from perfsuite.results import run_dir
 from perfsuite.results.write import ResultsLog
-from perfsuite.scenario import settings
-from perfsuite.scenario.settings import Timing
 
 SCENARIO = """
 name = "hygiene"

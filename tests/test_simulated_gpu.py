@@ -18,10 +18,11 @@ import torch
 
 from perfsuite import cli, simulated_gpu, variants
 from perfsuite.compare.match import compare, load_side
+from perfsuite.core import machine
+from perfsuite.core.settings import Timing
 from perfsuite.kernels import plan as plans
-from perfsuite.measure import device, execution, machine, memory, timing
+from perfsuite.measure import device, execution, memory, timing
 from perfsuite.scenario import inputs
-from perfsuite.scenario.settings import Timing
 from perfsuite.simulated_gpu import runtime
 from perfsuite.tools import profiling
 
@@ -268,8 +269,8 @@ def _syncs(logits: torch.Tensor, k: int):
 def test_every_capture_routine_restores_the_stream_when_capture_fails(gpu):
     """torch.cuda.graph leaves its side stream current after a failed capture (the first block shows it
     here as on CUDA); perfsuite's capture routines all put the caller's stream back."""
-    from perfsuite.conformance import graph_replay as conformance_graph
-    from perfsuite.draft import DraftHead, DraftLoop, GraphCache, HeadConfig, LoopConfig
+    from perfsuite.cases.draft import DraftHead, DraftLoop, GraphCache, HeadConfig, LoopConfig
+    from perfsuite.correctness.conformance import graph_replay as conformance_graph
 
     default = torch.cuda.default_stream()
     logits = torch.randn(2, 100, device="cuda")

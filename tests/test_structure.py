@@ -10,65 +10,26 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "perfsuite"
 
-# The layers, lowest first: a module imports from its own layer and the layers below it, never from one
-# above. An entry names a module or a package (and so every module under it); the longest entry that
-# names a module decides its layer. A run reads from input to page: logits and settings, the selectors,
-# measuring, correctness, the scenario, the result rows, the case kinds, then comparing, tools, the
-# report, the sweep and the front ends.
+# The layers, lowest first: each is a folder of the package (or a top-level module), and a module imports
+# from its own layer and the layers below it, never from one above. A run reads from input to page: the
+# shared vocabulary, the simulated GPU, the selectors and their kernels, measuring, correctness, the
+# scenario, the result rows, the case kinds, then comparing, the report, the tools built on cases, the
+# sweep and the front ends.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # the host's facts (CPU, memory, cgroup limits), read by the simulated GPU too; the console (an
-    # error in one line, progress bars, signals)
-    ("host", ("perfsuite.measure.machine", "perfsuite.console")),
+    # the console, the host's facts, the settings and dtype names, the case-kind registry (data)
+    ("core", ("perfsuite.core",)),
     # the package's __init__ installs the simulated GPU before anything asks torch.cuda
     ("simulated_gpu", ("perfsuite.simulated_gpu", "perfsuite.__init__")),
-    # the registry of case kinds: data and dotted paths only, read by the scenario loader, the results
-    # files, the sweep and the report (each kind's parts sit in their own layers: KIND_PART_LAYERS)
-    ("case kinds", ("perfsuite.cases.kinds",)),
-    # what every case is given: generated logits, logits files, the [timing] and [inputs] settings
-    (
-        "logits",
-        (
-            "perfsuite.scenario.logits_files",
-            "perfsuite.scenario.inputs",
-            "perfsuite.scenario.settings",
-        ),
-    ),
-    # what is measured: the selectors (single device, their Triton kernels, tensor parallel) and the
-    # draft loop that calls one (the draft head and loop; the draft case kind is higher)
-    (
-        "selectors",
-        (
-            "perfsuite.variants",
-            "perfsuite.kernels",
-            "perfsuite.distributed.tp_variants",
-            "perfsuite.distributed.group",
-            "perfsuite.distributed.shard",
-            "perfsuite.distributed.partials",
-            "perfsuite.draft.head",
-            "perfsuite.draft.loop",
-        ),
-    ),
-    # device facts, execution paths (eager, graph, compile), timing, memory, the host at run time
+    ("kernels", ("perfsuite.kernels",)),
+    ("variants", ("perfsuite.variants",)),
     ("measure", ("perfsuite.measure",)),
-    ("correctness", ("perfsuite.correctness", "perfsuite.conformance")),
-    # scenario files loaded, validated and expanded; a draft table is parsed by its kind (draft/spec.py)
-    ("scenario", ("perfsuite.scenario", "perfsuite.draft.spec")),
-    # the columns, the row pieces every case kind builds its rows from, results files, run folders, shards
+    ("correctness", ("perfsuite.correctness",)),
+    ("scenario", ("perfsuite.scenario",)),
     ("results", ("perfsuite.results",)),
-    # the case kinds: the protocol and kernel cases, the draft loop's cases, tensor parallel
-    ("cases", ("perfsuite.cases", "perfsuite.draft", "perfsuite.distributed")),
+    ("cases", ("perfsuite.cases",)),
     ("compare", ("perfsuite.compare",)),
-    # built on cases: profiler traces, hardware counters, tuning, the compile plan and warm-up
-    (
-        "tools",
-        (
-            "perfsuite.tools",
-            "perfsuite.kernels.tuner",
-            "perfsuite.kernels.compile_plan",
-            "perfsuite.kernels.warm",
-        ),
-    ),
     ("report", ("perfsuite.report",)),
+    ("tools", ("perfsuite.tools",)),
     ("sweep", ("perfsuite.sweep",)),
     ("front ends", ("perfsuite.cli", "perfsuite.pytest_plugin", "perfsuite.__main__")),
 )
@@ -124,7 +85,7 @@ def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     assert "perfsuite.report" in graph["perfsuite.sweep"]  # imported inside `finish`
     # the draft tables name the scenario by a Protocol, not by the loader's type: no cycle to hide
-    assert "perfsuite.scenario.load" not in graph["perfsuite.draft.spec"]
+    assert "perfsuite.scenario.load" not in graph["perfsuite.cases.draft.spec"]
 
 
 def test_the_graph_sees_type_checking_imports():
@@ -159,7 +120,7 @@ def test_imports_point_down_the_layers():
 
 def test_the_layer_check_names_an_upward_import():
     assert layer_of("perfsuite.measure.timing") < layer_of("perfsuite.sweep")
-    assert layer_of("perfsuite.kernels.tuner") > layer_of("perfsuite.kernels.plan")  # longest entry wins
+    assert layer_of("perfsuite.tools.tuner") > layer_of("perfsuite.kernels.plan")  # longest entry wins
     assert layer_of("perfsuite") < layer_of("perfsuite.measure")  # the root __init__, not every module
 
 
@@ -173,9 +134,10 @@ def test_few_modules_at_the_top():
 SMALL_MODULE = 40
 SMALL_BY_DESIGN = {
     "perfsuite.variants.argmax_ones": "a built-in variant: one module each, found by name",
-    "perfsuite.distributed.tp_variants.allgather_identity": "a tensor-parallel variant, found by name",
-    "perfsuite.distributed.tp_variants.allgather_full_softmax": "a tensor-parallel variant, found by name",
+    "perfsuite.variants.tensor_parallel.allgather_identity": "a tensor-parallel variant, found by name",
+    "perfsuite.variants.tensor_parallel.allgather_full_softmax": "a tensor-parallel variant, found by name",
     "perfsuite.variants.ordering": "the suite's tie order, shared by parity, identity, the draft loop, tp",
+    "perfsuite.core.dtypes": "the dtype names every layer shares (kernels, scenario, results, cases)",
 }
 
 
@@ -201,7 +163,6 @@ def test_small_modules_are_small_by_design():
 
 # A case kind's part is called by a reader in a given layer, so it must sit in that layer or below.
 KIND_PART_LAYERS = {
-    "parse": "scenario",  # the scenario loader validates the kind's table
     "columns": "results",  # the results files write its columns
     "cases": "sweep",
     "unit": "sweep",
@@ -212,7 +173,7 @@ KIND_PART_LAYERS = {
 
 
 def test_every_case_kind_part_resolves_in_a_layer_its_reader_may_call():
-    from perfsuite.cases import kinds
+    from perfsuite.core import kinds
 
     layer_index = {name: i for i, (name, _) in enumerate(LAYERS)}
     too_high = []
@@ -233,9 +194,9 @@ def test_every_case_kind_part_resolves_in_a_layer_its_reader_may_call():
 
 def test_each_case_kind_baseline_is_its_selectors_baseline():
     from perfsuite import variants
-    from perfsuite.cases import kinds
-    from perfsuite.distributed import tp_variants
+    from perfsuite.core import kinds
     from perfsuite.results import schema
+    from perfsuite.variants import tensor_parallel as tp_variants
 
     baselines = {kind.name: kind.baseline for kind in kinds.KINDS}
     assert baselines == {
@@ -252,10 +213,10 @@ def test_readers_of_the_case_kinds_name_no_kind():
     graph = import_graph()
     kind_modules = {
         "perfsuite.cases.kernel_kind",
-        "perfsuite.draft.draft_cases",
-        "perfsuite.draft.spec",
-        "perfsuite.distributed.tp_cases",
-        "perfsuite.distributed.launch",
+        "perfsuite.cases.draft.draft_cases",
+        "perfsuite.cases.draft.spec",
+        "perfsuite.cases.tensor_parallel.tp_cases",
+        "perfsuite.cases.tensor_parallel.launch",
         "perfsuite.report.tp_section",
         "perfsuite.report.draft_section",
     }

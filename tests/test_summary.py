@@ -195,7 +195,7 @@ def test_unstable_medians_are_marked():
 
 
 def test_shared_machine_warning_in_the_markdown():
-    from perfsuite.measure.machine import SHARED_CORES
+    from perfsuite.core.machine import SHARED_CORES
 
     busy = {"full_softmax": SHARED_CORES + 1, "identity": SHARED_CORES + 1}
     frame = to_frame(

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from perfsuite import variants
+from perfsuite.core.settings import Timing
 from perfsuite.measure import device, execution, memory, timing
 from perfsuite.results.schema import RESULT_COLUMNS
 from perfsuite.scenario import inputs
-from perfsuite.scenario.settings import Timing
 
 CPU = device.detect("cpu")
 

@@ -19,11 +19,13 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
-from perfsuite import cli, conformance, kernels, variants
-from perfsuite.kernels import compile_plan, tuned, tuner
+from perfsuite import cli, kernels, variants
+from perfsuite.correctness import conformance
 from perfsuite.kernels import plan as plans
 from perfsuite.kernels import topk_softmax as ts
+from perfsuite.kernels import tuned
 from perfsuite.scenario.load import expand, load
+from perfsuite.tools import compile_plan, tuner
 
 pytestmark = pytest.mark.triton
 

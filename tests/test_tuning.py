@@ -22,7 +22,8 @@ from perfsuite.scenario.inputs import make_logits
 if kernels.availability(DEVICE) is not None:
     pytest.skip(kernels.availability(DEVICE), allow_module_level=True)
 
-from perfsuite.kernels import topk_softmax, tuner
+from perfsuite.kernels import topk_softmax
+from perfsuite.tools import tuner
 
 BF16 = torch.bfloat16
 GPU = plans.Hardware(sms=132, warp_size=32, name="Test GPU 9000")

@@ -1,2 +1,2 @@
-"""The case kinds: their registry (`kinds`), the protocol every kind's runner follows, and the kernel kind
-(the draft loop and tensor-parallel kinds' parts are in `perfsuite.draft` and `perfsuite.distributed`)."""
+"""The case kinds (registered in `perfsuite.core.kinds`): the protocol every kind's runner follows
+(`protocol`), and one module or folder per kind: `kernel`, `tensor_parallel`, `draft`."""

@@ -14,6 +14,7 @@ import torch
 
 from perfsuite import variants
 from perfsuite.cases.protocol import Reference, Timed, run_case, run_in_turn
+from perfsuite.core import dtypes
 from perfsuite.correctness import parity
 from perfsuite.correctness.logits_shape import ShapeMemo
 from perfsuite.measure import execution, memory, timing
@@ -45,7 +46,7 @@ class KernelCaseRunner:
         key = (case.input_key, case.inputs)
         if self._logits is None or self._logits[0] != key:
             self._logits = self._truth = None
-            dtype = inputs.dtype_of(case.dtype)
+            dtype = dtypes.dtype_of(case.dtype)
             self._logits = (
                 key,
                 inputs.make_logits(
@@ -84,7 +85,7 @@ class KernelCaseRunner:
         )
         if reason:
             return reason
-        dtype = inputs.dtype_of(case.dtype)
+        dtype = dtypes.dtype_of(case.dtype)
         elements = case.batch * case.vocab
         need = (
             inputs.bytes_needed(case.batch, case.vocab, dtype, case.inputs.row_pad)
@@ -183,7 +184,7 @@ class KernelCaseRunner:
 
     def figures(self, case: Case, samples: timing.Samples, peak_temp: int) -> dict[str, object]:
         """Time, bytes and bandwidth columns of one measured case."""
-        dtype = inputs.dtype_of(case.dtype)
+        dtype = dtypes.dtype_of(case.dtype)
         traffic = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype)
         ideal = variants.ideal_traffic(case.batch, case.vocab, case.topk, dtype)
         copy = self.env["copy_gbps"]

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pandas as pd
 
 from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.cases.kinds import KindRun
-from perfsuite.console import progress_bar
-from perfsuite.distributed.tp_cases import is_tensor_parallel
-from perfsuite.distributed.tp_cases import rows as tensor_parallel_rows
+from perfsuite.cases.tensor_parallel.tp_cases import is_tensor_parallel
+from perfsuite.cases.tensor_parallel.tp_cases import rows as tensor_parallel_rows
+from perfsuite.core.console import progress_bar
+from perfsuite.core.kinds import KindRun
 from perfsuite.scenario.load import Case, Scenario, expand
 
 

@@ -20,9 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from perfsuite.measure import machine, timing
+from perfsuite.core import machine
+from perfsuite.core.settings import Timing
+from perfsuite.measure import timing
 from perfsuite.results.rows import failure, stamp
-from perfsuite.scenario.settings import Timing
 
 CaseT = TypeVar("CaseT", contravariant=True)
 

@@ -1,7 +1,7 @@
 """The edge-case matrix: what each variant returns on non-finite and degenerate rows, side by side.
 
 Its row patterns (`PATTERNS`) and its guarded call (`call`) are also the conformance battery's
-(`perfsuite.conformance`): the matrix shows what each variant returns, the battery judges it.
+(`perfsuite.correctness.conformance`): the matrix shows what each variant returns, the battery judges it.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pandas as pd
 import torch
 
 from perfsuite import variants
-from perfsuite.console import first_line
+from perfsuite.core.console import first_line
+from perfsuite.core.dtypes import dtype_name
 from perfsuite.correctness.parity import tolerance
-from perfsuite.scenario.inputs import dtype_name
 
 EDGE_TOPK = (1, 4)  # the k of the edge-case matrix `perfsuite run` makes after the sweep
 EDGE_VOCAB = 1031  # misaligned, larger than one small block, small enough for the Triton interpreter

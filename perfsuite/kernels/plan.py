@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import Literal
 
 import torch
+
+from perfsuite import simulated_gpu
 
 DEFAULT_SM_COUNT = 132
 """Streaming multiprocessors (CUs on ROCm) assumed when the device cannot be asked: an H100/H200."""
@@ -103,7 +104,7 @@ def hardware(device: torch.device | str | None = None) -> Hardware:
         return Hardware()
 
 
-@cache
+@simulated_gpu.device_cached
 def _cuda_hardware(index: int) -> Hardware:
     props = torch.cuda.get_device_properties(index)
     warp = getattr(props, "warp_size", 64 if torch.version.hip else 32)

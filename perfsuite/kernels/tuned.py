@@ -27,8 +27,8 @@ from typing import Protocol
 
 import torch
 
+from perfsuite.core.dtypes import dtype_of
 from perfsuite.kernels import plan as plans
-from perfsuite.scenario.inputs import dtype_of
 
 PLANS_ENV = "PERFSUITE_PLANS"
 PACKAGED = Path(__file__).with_name("tuned")
@@ -102,6 +102,22 @@ class TunedTable:
     def from_json(text: str) -> TunedTable:
         data = json.loads(text)
         return TunedTable(**{**data, "entries": tuple(Entry.from_dict(e) for e in data["entries"])})
+
+    def summary(self) -> list[dict[str, object]]:
+        """One record per tuned shape: the best plan, its median and its speedup over the heuristic plan."""
+        return [
+            {
+                "dtype": e.dtype,
+                "batch": e.batch,
+                "vocab": e.vocab,
+                "k": e.k,
+                "best": e.best.describe(),
+                "best_us": round(e.median_us, 2),
+                "heuristic_us": round(e.heuristic_us, 2),
+                "speedup": round(e.heuristic_us / e.median_us, 3) if e.median_us > 0 else math.nan,
+            }
+            for e in self.entries
+        ]
 
 
 def replace_text(path: Path, text: str) -> None:

@@ -6,7 +6,6 @@ import glob
 import os
 import platform
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 import torch
@@ -141,7 +140,7 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-@cache
+@simulated_gpu.device_cached
 def detect(spec: str = "auto") -> DeviceInfo:
     """Describe the device a run will use. `PERFSUITE_PEAK_GBPS` overrides the datasheet peak."""
     device = resolve_device(spec)

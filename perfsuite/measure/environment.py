@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from perfsuite.measure import machine, memory
+from perfsuite.core import machine
+from perfsuite.measure import memory
 from perfsuite.measure.device import DeviceInfo
 
 

@@ -11,7 +11,7 @@ from functools import cache
 import torch
 
 from perfsuite import simulated_gpu
-from perfsuite.console import first_line
+from perfsuite.core.console import first_line
 from perfsuite.variants.base import Selector, bind
 
 PATHS = ("eager", "graph", "compile")

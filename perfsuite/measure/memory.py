@@ -9,13 +9,12 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import cache
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from perfsuite import simulated_gpu
-from perfsuite.measure import machine
+from perfsuite.core import machine
 from perfsuite.measure.device import DeviceInfo, synchronize
 
 MEMORY_HEADROOM = 0.85
@@ -114,7 +113,7 @@ def copy_bandwidth(
     return replace(warm, gbps=gbps(2 * nbytes, times[len(times) // 2]))
 
 
-@cache
+@simulated_gpu.device_cached
 def copy_gbps(device: str, nbytes: int = 512 << 20, reps: int = 10) -> float:
     """`copy_bandwidth(...).gbps`, once per process and device."""
     return copy_bandwidth(device, nbytes, reps).gbps

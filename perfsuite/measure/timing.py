@@ -26,14 +26,13 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 
 from perfsuite import simulated_gpu
+from perfsuite.core.settings import Timing
 from perfsuite.measure.device import DeviceInfo
 from perfsuite.measure.execution import Call, GraphCall, Outputs, PreparedCall
-from perfsuite.scenario.settings import Timing
 
 SPIN_MIN_CYCLES = 100_000
 """The shortest GPU spin before a sample (about 50 us): the host queues the timed call meanwhile."""
@@ -126,7 +125,7 @@ def paired_ratio(numerator: Samples, denominator: Samples) -> Ratio:
     return Ratio(statistics.median(ratios), q[1], q[7])
 
 
-@cache
+@simulated_gpu.device_cached
 def _flush_buffer(device: str, nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The zeroed fp32 buffer a flush reads and the scalar its sum lands in (no allocation per flush)."""
     buffer = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)

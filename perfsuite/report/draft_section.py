@@ -1,4 +1,4 @@
-"""The draft-loop section of the report, from `perfsuite.draft` rows.
+"""The draft-loop section of the report, from `perfsuite.cases.draft` rows.
 
 `section(frame)` holds figures and tables: time per draft cycle per variant and path, the selection's
 share of the cycle, parity at the consumer (draft tokens, parents, tree scores against full_softmax and the

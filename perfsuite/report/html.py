@@ -1,7 +1,7 @@
 """One self-contained HTML report from result rows: warnings, summary, plots, parity, the logits' shape,
 tensor parallel, draft loop, edge cases, skips, full table and environment.
 
-Each case kind (`perfsuite.cases.kinds`) names the function that draws its sections from its rows
+Each case kind (`perfsuite.core.kinds`) names the function that draws its sections from its rows
 (`kernel_sections`, `tp_section`, `draft_section`); the edge cases, skips, full table and environment
 follow. Sections are built from the blocks of `perfsuite.report.blocks` and the page is rendered by
 `perfsuite.report.page`.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.cases import kinds
-from perfsuite.measure.machine import SHARED_CORES
+from perfsuite.core import kinds
+from perfsuite.core.machine import SHARED_CORES
 from perfsuite.measure.timing import UNSTABLE_SPREAD
 from perfsuite.report import edge_case_section, kernel_sections
 from perfsuite.report.blocks import Note, Section
@@ -43,7 +43,7 @@ def build_report(
     """Write one self-contained HTML report of `results` (schema frame) to `out_path`; return its path.
 
     `out_path` may be a directory (the file is then `report.html` in it). Each case kind
-    (`perfsuite.cases.kinds`) draws its sections from its rows: `results` is results.csv (kernel and
+    (`perfsuite.core.kinds`) draws its sections from its rows: `results` is results.csv (kernel and
     tensor-parallel rows), `tables` the other kinds' tables by file name (`draft` is the same as
     `tables={"draft.csv": draft}`). `edge_cases` is the edge-case matrix (pattern, description, dtype,
     topk, variant, index, topk_p, index_valid, same_as_baseline, error). `environment` overrides what

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from perfsuite.distributed import tp_variants
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import Block, Note, Section, Table, figure_block, guarded_section
 from perfsuite.report.page import render_fragment, render_page
+from perfsuite.variants import tensor_parallel as tp_variants
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Print the comparison table of `args.results` (JSON lines or CSV), write a page with --out: 0, or 2
     on unreadable input (one line)."""
-    from perfsuite.console import first_line
+    from perfsuite.core.console import first_line
 
     try:
         frames = [pd.read_csv(f) if f.endswith(".csv") else pd.read_json(f, lines=True) for f in args.results]

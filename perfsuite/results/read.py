@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.console import first_line
+from perfsuite.core.console import first_line
 from perfsuite.results.schema import FORMAT_COLUMN, FORMAT_VERSION
 from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
 from perfsuite.results.write import ResultsLog, to_frame

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 import torch
 
 from perfsuite import variants
-from perfsuite.console import first_line
-from perfsuite.measure import machine, memory, timing
-from perfsuite.scenario import inputs
+from perfsuite.core import dtypes, machine
+from perfsuite.core.console import first_line
+from perfsuite.measure import memory, timing
 from perfsuite.scenario.load import Case
 
 
@@ -89,7 +89,7 @@ def above_copy(achieved: float, copy: float | None) -> bool:
 
 def accuracy_of(name: str) -> str:
     """The accuracy claim of a single-device or tensor-parallel variant ('' for an unknown name)."""
-    from perfsuite.distributed import tp_variants
+    from perfsuite.variants import tensor_parallel as tp_variants
 
     for registry in (tp_variants, variants):  # tensor-parallel first: `allgather_pkg.mod:fn` is one
         try:
@@ -120,7 +120,7 @@ def case_row(case: Case, env: dict[str, object]) -> dict[str, object]:
 def launch_of(case: Case) -> str:
     """How the case's variant launches it (the Triton variants' plan); "" for the others."""
     describe = variants.get(case.variant).launch
-    dtype = inputs.dtype_of(case.dtype)
+    dtype = dtypes.dtype_of(case.dtype)
     return describe(case.batch, case.vocab, case.topk, dtype) if describe else ""
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import filelock
 
-from perfsuite.cases import kinds
-from perfsuite.console import utc_now
+from perfsuite.core import kinds
+from perfsuite.core.console import utc_now
 from perfsuite.results.read import FormatTooNew, format_of
 from perfsuite.results.schema import FORMAT_COLUMN, FORMAT_VERSION
 from perfsuite.results.sweep_shards import Shard, shard_of

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from perfsuite import variants
-from perfsuite.cases import kinds
+from perfsuite.core import kinds
 
 FORMAT_VERSION = 3
 """The result format this perfsuite writes and the newest it reads (`FORMAT_COLUMN` of every row and
@@ -185,7 +185,7 @@ DRAFT_COLUMNS: dict[str, str] = {
     "engine_setting": "sglang, or why SGLang never runs the setting (topk 1, num_draft_tokens != steps + 1)",
     "accept": (
         "where the draft extend selects: each sequence's last accepted token, accept lengths drawn by this "
-        "rule (perfsuite.draft.loop.accept_lengths, seed + 2000003): geometric:P (each drafted token "
+        "rule (perfsuite.cases.draft.loop.accept_lengths, seed + 2000003): geometric:P (each drafted token "
         "accepted with probability P, the default geometric:0.8) | uniform (1..min(num_steps + 1, "
         "num_draft_tokens)) | all (every extend token: the last position); in the case id as /accept-RULE "
         "when not the default"

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import pandas as pd
 
-from perfsuite.scenario import inputs
+from perfsuite.core import dtypes
 
 T = TypeVar("T")
 MANIFEST = "run.json"
@@ -90,7 +90,7 @@ def _case_weight(case: object) -> float:
     source = head if head is not None else case
     dtype = getattr(source, "dtype", "float32")
     try:
-        itemsize = inputs.dtype_of(dtype).itemsize
+        itemsize = dtypes.dtype_of(dtype).itemsize
     except (KeyError, ValueError, TypeError):
         itemsize = 4
     vocab = int(getattr(source, "vocab", 0) or 0)
@@ -226,7 +226,7 @@ def wrote_no_row(folder: Path) -> bool:
     """Whether a run folder's row logs (`kinds.logs()`: results.jsonl, draft.jsonl) are all there and
     empty: a shard cancelled or killed before its first row, whose results.json, if a handler wrote it on
     the way out, is an empty list."""
-    from perfsuite.cases import kinds
+    from perfsuite.core import kinds
 
     logs = [folder / name for name in kinds.logs()]
     return all(log.is_file() and not _holds_text(log) for log in logs)
@@ -261,7 +261,7 @@ class MergedRun:
 def load(paths: Sequence[str | Path]) -> MergedRun | None:
     """The shard folders among `paths` (folders of shard folders expanded) read as one run; None when
     no path is a shard. `ShardError` as `merge`; a results file that cannot be read: `ValueError`."""
-    from perfsuite.cases import kinds
+    from perfsuite.core import kinds
     from perfsuite.results.read import load_many, load_samples, read_table, run_notes
 
     merged = merge(expand(paths))

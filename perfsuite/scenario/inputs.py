@@ -11,24 +11,8 @@ import torch
 from perfsuite.scenario import logits_files
 from perfsuite.scenario.logits_files import LogitsSource
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
-
 DEFAULT_SCALE = 2.5
 """Standard deviation of the gaussian background, in logit units (LLM logits spread a few units)."""
-
-
-def dtype_of(name: str) -> torch.dtype:
-    """torch dtype for a name or alias (`bf16`, `fp16`, `fp32`)."""
-    return DTYPES[DTYPE_ALIASES.get(name, name)]
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _gaussian(

@@ -37,16 +37,27 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite import variants
-from perfsuite.cases import kinds
+from perfsuite.core import dtypes, kinds
+from perfsuite.core.settings import Timing
 from perfsuite.measure.execution import PATHS
 from perfsuite.scenario import inputs, logits_files, validate
-from perfsuite.scenario.settings import Inputs, Timing
+from perfsuite.scenario.logits_files import LogitsSource
 from perfsuite.scenario.validate import ScenarioError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """How logits are generated, or read from files."""
+
+    seed: int = 0  # generated logits' seed; which rows of a file a case takes
+    row_pad: int = 0  # >0: logits are a row-strided view of a wider buffer with poisoned padding
+    scale: float = inputs.DEFAULT_SCALE
+    files: tuple[LogitsSource, ...] = ()  # [inputs.files]: the `file:NAME` kinds, inspected at load
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,9 @@ class Sweep:
     batch: tuple[int, ...] = (1, 16)
     topk: tuple[int, ...] = (1, 8)
     logits: tuple[str, ...] = ("gaussian", "peaked", "near_ties")
-    tp: tuple[int, ...] = (1,)  # tensor-parallel ranks the vocabulary is split over (perfsuite.distributed)
+    tp: tuple[int, ...] = (
+        1,
+    )  # tensor-parallel ranks the vocabulary is split over (perfsuite.cases.tensor_parallel)
 
 
 @dataclass(frozen=True)
@@ -107,15 +120,15 @@ class Scenario:
 
 
 def _all_variant_names() -> list[str]:
-    """Single-device variants, then the tensor-parallel ones (perfsuite.distributed)."""
-    from perfsuite.distributed import tp_variants
+    """Single-device variants, then the tensor-parallel ones (perfsuite.cases.tensor_parallel)."""
+    from perfsuite.variants import tensor_parallel as tp_variants
 
     return variants.names() + tp_variants.names()
 
 
 def _load_selector(name: str) -> object | None:
-    """`allgather_<selector>` (perfsuite.distributed) or an external selector; None: neither."""
-    from perfsuite.distributed import tp_variants
+    """`allgather_<selector>` (perfsuite.cases.tensor_parallel) or an external selector; None: neither."""
+    from perfsuite.variants import tensor_parallel as tp_variants
 
     if name.startswith(tp_variants.ALLGATHER_PREFIX):
         return tp_variants.gathered(name)
@@ -125,7 +138,7 @@ def _load_selector(name: str) -> object | None:
 SWEEP_CHECKS = {
     "variants": validate.selectors(_all_variant_names, _load_selector),
     "paths": validate.names(lambda: list(PATHS), "path"),
-    "dtypes": validate.names(lambda: list(inputs.DTYPES), "dtype", inputs.DTYPE_ALIASES),
+    "dtypes": validate.names(lambda: list(dtypes.DTYPES), "dtype", dtypes.DTYPE_ALIASES),
     "vocab": validate.ints(1),
     "batch": validate.ints(0),
     "topk": validate.ints(1),
@@ -190,7 +203,8 @@ TOP_LEVEL = ("name", "description", "device", "sweep", "timing", "inputs")
 
 
 def extra_tables() -> tuple[str, ...]:
-    """The tables case kinds read besides [[sweep]] ([draft]), each validated by its kind's parser."""
+    """The tables case kinds read besides [[sweep]] ([draft]), each validated by its kind when its cases
+    are expanded (`perfsuite list`, and `run` before it touches its folder)."""
     return tuple(table for table in kinds.tables() if table != kinds.SWEEP_TABLE)
 
 
@@ -258,9 +272,6 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         _sweep(source, "sweep" if isinstance(raw_sweeps, dict) else f"sweep#{i + 1}", raw, given.files)
         for i, raw in enumerate(raw_sweeps if isinstance(raw_sweeps, list) else [raw_sweeps])
     )
-    for kind in kinds.KINDS:
-        if kind.parse is not None and kind.table in data:
-            kind.part("parse")(data[kind.table], source)  # a bad table is refused now, not mid-run
     return Scenario(
         name=data.get("name", Path(source).stem),
         source=source,
@@ -326,8 +337,8 @@ def expand(scenario: Scenario) -> list[Case]:
 
 def with_compiled_baseline(case: Case) -> list[Case]:
     """The case, and before it the baseline on the same path and shape where the case is a single-device
-    variant on the compile path (tensor-parallel cases run eagerly only, perfsuite.distributed)."""
-    from perfsuite.distributed import tp_variants
+    variant on the compile path (tensor-parallel cases run eagerly only, perfsuite.cases.tensor_parallel)."""
+    from perfsuite.variants import tensor_parallel as tp_variants
 
     if case.path != "compile" or case.tp != 1 or tp_variants.is_tp_variant(case.variant):
         return [case]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from perfsuite.console import first_line
+from perfsuite.core.console import first_line
 
 SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")

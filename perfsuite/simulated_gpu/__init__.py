@@ -19,9 +19,11 @@ emit GPU code): the compile path is a skipped row.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 
@@ -29,13 +31,17 @@ from perfsuite.simulated_gpu import graphs, runtime, tensors
 from perfsuite.simulated_gpu.profiles import LABEL, PROFILES, Profile, profile
 
 ENV = "PERFSUITE_SIMULATED_GPU"
-CACHED = (
-    ("perfsuite.measure.device", "detect"),
-    ("perfsuite.measure.memory", "copy_gbps"),
-    ("perfsuite.measure.timing", "_flush_buffer"),
-    ("perfsuite.kernels.plan", "_cuda_hardware"),
-)
-"""Functions whose cached answers depend on the device, cleared when the simulation comes or goes."""
+T = TypeVar("T")
+_DEVICE_CACHED: list[Callable[..., object]] = []
+"""Functions whose cached answers depend on the device (`device_cached`), cleared when the simulation
+comes or goes."""
+
+
+def device_cached(function: Callable[..., T]) -> Callable[..., T]:
+    """`functools.cache`, its answers forgotten when a simulated GPU is installed or uninstalled."""
+    cached = functools.cache(function)
+    _DEVICE_CACHED.append(cached)
+    return cached
 
 
 class _Installed:
@@ -143,10 +149,8 @@ def _patch_triton(inst: _Installed) -> None:
 
 
 def _clear_caches() -> None:
-    for module_name, function in CACHED:
-        module = sys.modules.get(module_name)
-        if module is not None:
-            getattr(module, function).cache_clear()
+    for cached in _DEVICE_CACHED:
+        cached.cache_clear()  # type: ignore[attr-defined]
 
 
 def install(key: str) -> Profile:

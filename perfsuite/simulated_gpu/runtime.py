@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from perfsuite.measure import machine
+from perfsuite.core import machine
 from perfsuite.simulated_gpu.profiles import Profile
 
 LOG_LENGTH = 4096

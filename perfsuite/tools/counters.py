@@ -337,9 +337,9 @@ class CounterCollector:
 
     def __call__(self, case: Case) -> dict[str, object]:
         from perfsuite import variants
-        from perfsuite.scenario import inputs
+        from perfsuite.core import dtypes
 
-        dtype = inputs.dtype_of(case.dtype)
+        dtype = dtypes.dtype_of(case.dtype)
         traffic = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype)
         model = traffic.hbm(self.info.model_cache_bytes)
         tool = self.tool

@@ -36,12 +36,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.console import first_line
+from perfsuite.core import settings
+from perfsuite.core.console import first_line
 from perfsuite.measure import timing
 from perfsuite.measure.device import DeviceInfo, detect, synchronize
 from perfsuite.measure.memory import native_stderr_silenced
 from perfsuite.results.rows import case_row
-from perfsuite.scenario import settings
 from perfsuite.scenario.load import Case, Scenario, ScenarioError, expand
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")

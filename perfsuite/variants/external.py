@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.console import first_line
+from perfsuite.core.console import first_line
 from perfsuite.variants.base import (
     FP8_DTYPES,
     NAN_POLICIES,

@@ -28,7 +28,7 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
-    """The plan `select` launches for a shape on `hw` (`perfsuite.kernels.warm` compiles it ahead)."""
+    """The plan `select` launches for a shape on `hw` (`perfsuite.tools.warm` compiles it ahead)."""
     return plans.split_plan(batch, vocab, k, hw, dtype.itemsize)
 
 

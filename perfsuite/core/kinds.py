@@ -1,0 +1,162 @@
+"""The case kinds: what a scenario asks perfsuite to measure, each a plug-in named in one registry.
+
+`KINDS` lists them in the order a run measures them: `kernel` (one selector call on one device, from
+`[[sweep]]`), `tensor_parallel` (one selector call over a process group, from `[[sweep]]` with tp > 1 or a
+tensor-parallel variant) and `draft` (one draft cycle of the draft loop, from `[draft]`). The scenario
+loader, the sweep, the results files and the report loop over `KINDS`; none of them names a kind.
+
+A kind's parts are named by dotted path ("module:attribute") and imported when first used, so this
+registry sits below every layer that reads it, and each part sits in the layer that owns that concern
+(`tests/test_structure.py` checks both: every path resolves, and each part is in a layer its reader may
+call into).
+
+Adding a case kind: a fourth kind provides, anywhere in the package, and one `CaseKind` entry here naming
+- `table`: the scenario table its cases come from (the loader validates `[[sweep]]` itself and keeps the
+  other kinds' tables as given);
+- `cases(scenario) -> list[case]`: its cases, each with a unique `case_id`, its table validated first
+  (raising `ScenarioError`: `run` expands every kind's cases before it touches its folder);
+- `unit(case) -> hashable`: the cases that must run together (sampled in turn, one launch): a shard's
+  unit (`run --shard`);
+- `run(cases, KindRun) -> Iterator[row]`: one row per case, yielded as each finishes, never raising for
+  one case (a skip or an error is a row, `cases.protocol.run_case`);
+- `log` and `table_file`: the run folder's log its rows are appended to and the table written from it;
+  kinds that share a log (kernel, tensor_parallel) tell their rows apart with `rows(frame) -> mask`;
+- `columns`: its column dict in `results/schema.py` (the one place columns are written down) and
+  `baseline`, the variant its speedups are over;
+- `sections(frame, samples) -> list[Section]`: its part of the HTML report (empty without rows).
+Then add a test beside the others' (a tiny scenario with one case of the kind, run end to end).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SWEEP_TABLE = "sweep"
+"""The scenario's own table, `[[sweep]]`, validated by the scenario loader; kinds may share it."""
+
+
+@dataclass(frozen=True)
+class KindRun:
+    """What a kind's `run` is given: the scenario, the device, the rows' environment and the run folder."""
+
+    scenario: Any  # perfsuite.scenario.load.Scenario
+    info: Any  # perfsuite.measure.device.DeviceInfo
+    env: dict[str, object]
+    out_dir: Path
+    progress: bool = True
+    counters: Callable[[Any], dict[str, object]] | None = None  # `run --counters` (kernel cases)
+
+
+@dataclass(frozen=True)
+class CaseKind:
+    """One case kind: its scenario table, its parts (dotted paths) and where its rows go."""
+
+    name: str
+    table: str  # the scenario table its cases come from
+    cases: str  # (scenario) -> list of cases
+    unit: str  # (case) -> hashable: the cases that run together, a shard's unit
+    run: str  # (cases, KindRun) -> Iterator[row]
+    log: str  # the run folder's log its rows are appended to
+    table_file: str  # the table written from the log
+    columns: str  # its column dict, in results/schema.py
+    baseline: str  # the variant its speedups are over
+    sections: str  # (frame, samples) -> list of report sections
+    rows: str | None = None  # (frame) -> bool mask of its rows, where kinds share a log
+
+    def part(self, role: str) -> Any:
+        """The attribute a role names ("module:attribute"), imported now."""
+        path = getattr(self, role)
+        if path is None:
+            raise LookupError(f"case kind {self.name!r} has no {role}")
+        module, _, attribute = path.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+    def cases_of(self, scenario: Any) -> list[Any]:
+        return list(self.part("cases")(scenario))
+
+    def run_cases(self, cases: list[Any], context: KindRun) -> Iterator[dict[str, object]]:
+        return self.part("run")(cases, context)
+
+    def columns_dict(self) -> dict[str, str]:
+        return self.part("columns")
+
+
+KINDS: tuple[CaseKind, ...] = (
+    CaseKind(
+        name="kernel",
+        table=SWEEP_TABLE,
+        cases="perfsuite.cases.kernel_kind:kernel_cases",
+        unit="perfsuite.cases.kernel_kind:unit",
+        run="perfsuite.cases.kernel_kind:run",
+        log="results.jsonl",
+        table_file="results.csv",
+        columns="perfsuite.results.schema:RESULT_COLUMNS",
+        baseline="full_softmax",
+        sections="perfsuite.report.kernel_sections:kind_sections",
+        rows="perfsuite.cases.kernel_kind:rows",
+    ),
+    CaseKind(
+        name="tensor_parallel",
+        table=SWEEP_TABLE,
+        cases="perfsuite.cases.tensor_parallel.tp_cases:tp_cases",
+        unit="perfsuite.cases.tensor_parallel.tp_cases:unit",
+        run="perfsuite.cases.tensor_parallel.launch:run",
+        log="results.jsonl",
+        table_file="results.csv",
+        columns="perfsuite.results.schema:TP_COLUMNS",
+        baseline="allgather_full_softmax",
+        sections="perfsuite.report.tp_section:kind_sections",
+        rows="perfsuite.cases.tensor_parallel.tp_cases:rows",
+    ),
+    CaseKind(
+        name="draft",
+        table="draft",
+        cases="perfsuite.cases.draft.spec:expand_draft",
+        unit="perfsuite.cases.draft.draft_cases:unit",
+        run="perfsuite.cases.draft.draft_cases:run",
+        log="draft.jsonl",
+        table_file="draft.csv",
+        columns="perfsuite.results.schema:DRAFT_COLUMNS",
+        baseline="full_softmax",
+        sections="perfsuite.report.draft_section:kind_sections",
+    ),
+)
+
+
+def get(name: str) -> CaseKind:
+    """The kind called `name`."""
+    for kind in KINDS:
+        if kind.name == name:
+            return kind
+    raise KeyError(f"no case kind {name!r}; kinds: {', '.join(k.name for k in KINDS)}")
+
+
+def tables() -> tuple[str, ...]:
+    """The scenario tables the kinds read, `[[sweep]]` first."""
+    return tuple(dict.fromkeys(kind.table for kind in KINDS))
+
+
+def logs() -> tuple[str, ...]:
+    """The run folder's row logs, one per group of kinds that share one, in run order."""
+    return tuple(dict.fromkeys(kind.log for kind in KINDS))
+
+
+def table_files() -> tuple[str, ...]:
+    """The tables written from the logs (results.csv, draft.csv)."""
+    return tuple(dict.fromkeys(kind.table_file for kind in KINDS))
+
+
+def sharing(log: str) -> tuple[CaseKind, ...]:
+    """The kinds whose rows go to `log`."""
+    return tuple(kind for kind in KINDS if kind.log == log)
+
+
+def rows_of(kind: CaseKind, frame: Any) -> Any:
+    """The rows of `frame` (read from `kind.log`) that are `kind`'s: all of them when it has the log alone."""
+    if kind.rows is None or len(sharing(kind.log)) == 1 or frame.empty:
+        return frame
+    return frame[kind.part("rows")(frame)]

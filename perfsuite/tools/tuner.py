@@ -1,0 +1,216 @@
+"""`perfsuite tune`: time every candidate launch plan of the Triton kernels on this GPU, per shape of a
+scenario, and keep the fastest exact one per shape as a tuned-plan table (`perfsuite.kernels.tuned`).
+
+Candidates: the heuristic plan; the fused kernel with 4, 8 or 16 warps and 16, 32 or 64 bytes per thread
+per tile, each with and without prefetching the next tile; and, for rows long enough to split, the split
+kernel with (4 warps, 16 or 32 bytes per thread) or (8 warps, 16 bytes) at 0.5, 1, 2 or 4 waves of
+programs per SM (and at one wave without prefetch). Each candidate is timed with the
+suite's samplers on the scenario's path (graph replay or device events) and `[timing]`, after its outputs
+passed the exact parity check against the float64 reference (a candidate that fails is recorded, never
+chosen). The argmax kernels (`triton_argmax`'s cases, k = 1) are tuned apart, on the same candidates with
+`selection = "argmax"`, their indices checked against the reference (`topk_p` is the constant 1.0).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from perfsuite import variants
+from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.core.dtypes import dtype_of
+from perfsuite.correctness import parity
+from perfsuite.kernels import plan as plans
+from perfsuite.kernels.tuned import Entry, Tunables, TunedTable
+from perfsuite.measure import execution, timing
+from perfsuite.measure.device import DeviceInfo
+from perfsuite.measure.environment import package_version
+from perfsuite.results.rows import one_line
+from perfsuite.scenario.load import Case
+
+FUSED_WARPS = (4, 8, 16)
+FUSED_BYTES_PER_THREAD = (16, 32, 64)
+SPLIT_PROGRAMS = ((4, 16), (4, 32), (8, 16))  # (warps, bytes per thread per tile)
+SPLIT_WAVES = (0.5, 1.0, 2.0, 4.0)
+MIN_GAIN = 0.03
+"""A candidate replaces the heuristic plan only when its median is this much lower and its p80 is below the
+heuristic's p20 (outside both runs' noise): the fastest of ~30 noisy medians is otherwise a coin toss."""
+
+
+def candidates(
+    batch: int,
+    vocab: int,
+    k: int,
+    hw: plans.Hardware,
+    element_size: int,
+    selection: plans.Selection = "topk",
+) -> list[Tunables]:
+    """The heuristic plan first, then every candidate that launches differently for this shape (of the
+    exact top-k kernels, or of the argmax ones)."""
+    from perfsuite.kernels.topk_softmax import RowLayout, plan_launches
+
+    heuristic = Tunables.of(plans.choose(batch, vocab, k, hw, element_size, selection))
+    found = [heuristic]
+    picks = {"selection": selection}
+    for prefetch in (True, False):
+        for warps in FUSED_WARPS:
+            for per_thread in FUSED_BYTES_PER_THREAD:
+                block = per_thread // element_size * hw.warp_size * warps
+                found.append(Tunables("fused", block, warps, prefetch=prefetch, **picks))
+    if vocab >= 2 * plans.SPLIT_MIN_CHUNK:
+        for warps, per_thread in SPLIT_PROGRAMS:
+            block = per_thread // element_size * hw.warp_size * warps
+            found += [Tunables("split", block, warps, waves, **picks) for waves in SPLIT_WAVES]
+            found.append(Tunables("split", block, warps, 1.0, prefetch=False, **picks))
+    layout = RowLayout.contiguous(vocab, element_size)
+    distinct: dict[tuple, Tunables] = {}  # by what is launched (tiles shrink to short rows)
+    for tunables in found:
+        plan = tunables.plan_for(batch, vocab, k, hw, element_size)
+        launches = plan_launches(batch, vocab, k, plan, layout)
+        distinct.setdefault(tuple((x.grid, *x.constants.items(), x.num_warps) for x in launches), tunables)
+    return list(distinct.values())
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One candidate on one shape: its launch, median time and parity verdict (or why it failed)."""
+
+    tunables: Tunables
+    plan: plans.Plan
+    median_us: float = math.nan
+    p20_us: float = math.nan
+    p80_us: float = math.nan
+    verdict: str = ""
+    reason: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.verdict == "pass" and not math.isnan(self.median_us)
+
+
+def time_candidate(case: Case, tunables: Tunables, inputs: KernelCaseRunner, hw: plans.Hardware) -> Timed:
+    """Time one candidate plan on a case's logits, path and timing settings."""
+    from perfsuite.kernels import topk_softmax
+
+    logits = inputs.logits(case)
+    plan = tunables.plan_for(case.batch, case.vocab, case.topk, hw, logits.element_size())
+    timed = Timed(tunables, plan)
+    try:
+        prepared = execution.prepare(
+            case.path, lambda x, k: topk_softmax.run_plan(x, k, plan), logits, case.topk
+        )
+        ref, _ = inputs.truth(case)
+        argmax = plan.selection == "argmax"  # judged on its indices: topk_p is the constant 1.0
+        check = parity.check("inexact" if argmax else "exact", *prepared.run(), ref)
+        if check.verdict != "pass" and not (argmax and check.verdict == "inexact"):
+            return replace(timed, verdict=check.verdict, reason=check.problem)
+        samples = timing.measure(timing.sampler_for(prepared, inputs.info, case.timing), case.timing)
+    except Exception as exc:  # a candidate that cannot launch (resources, capture) is a finding
+        return replace(timed, verdict="error", reason=one_line(exc))
+    finally:
+        if logits.device.type == "cuda":
+            torch.cuda.empty_cache()
+    figures = {"median_us": samples.median_us, "p20_us": samples.p20_us, "p80_us": samples.p80_us}
+    return replace(timed, **figures, verdict="pass")
+
+
+def best_of(timed: list[Timed]) -> Timed | None:
+    """The fastest usable candidate if it beats the heuristic (`timed[0]`) by MIN_GAIN outside the noise,
+    else the heuristic; None when no candidate is usable."""
+    usable = [t for t in timed if t.usable]
+    if not usable:
+        return None
+    best, heuristic = min(usable, key=lambda t: t.median_us), timed[0]
+    if not heuristic.usable:
+        return best
+    clear = best.median_us < (1 - MIN_GAIN) * heuristic.median_us and best.p80_us < heuristic.p20_us
+    return best if clear else heuristic
+
+
+def variant_selection(name: str) -> plans.Selection:
+    """What the built-in Triton variant `name` selects ("argmax" or "topk"; "topk" for any other)."""
+    if name not in variants.names():
+        return "topk"
+    plan_for = getattr(inspect.getmodule(variants.get(name).select), "plan_for", None)
+    return "topk" if plan_for is None else plan_for(1, 1, 1, torch.float32, plans.Hardware()).selection
+
+
+def selection_of(case: Case) -> plans.Selection:
+    """What a case's kernels select: "argmax" for an argmax Triton variant's case, else "topk"."""
+    return variant_selection(case.variant)
+
+
+def shapes_of(cases: Iterable[Case]) -> list[Case]:
+    """One case per (dtype, batch, vocab, k, path, selection), whatever else its variant: the shapes to
+    tune (an argmax variant's case tunes the argmax kernels, every other the exact top-k)."""
+    distinct: dict[tuple, Case] = {}
+    for case in cases:
+        key = (case.dtype, case.batch, case.vocab, case.topk, case.path, selection_of(case))
+        distinct.setdefault(key, case)
+    return list(distinct.values())
+
+
+@dataclass
+class TuneOutcome:
+    """Every candidate's row and the table of the best plans, so far."""
+
+    rows: list[dict[str, object]]
+    table: TunedTable
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows)
+
+
+def tune(
+    cases: Iterable[Case],
+    info: DeviceInfo,
+    on_shape: Callable[[Case, list[Timed], TuneOutcome], None] | None = None,
+) -> TuneOutcome:
+    """Time the candidates of every shape of `cases` on `info`'s device. The outcome grows shape by shape
+    and `on_shape` sees it after each (to write it as it goes: an interruption keeps the tuned shapes)."""
+    hw = plans.hardware(info.device)
+    env = {"copy_gbps": None}
+    inputs = KernelCaseRunner(info, env)
+    shapes = shapes_of(cases)
+    versions = {name: package_version(name) for name in ("torch", "triton")}
+    path = ",".join(sorted({c.path for c in shapes}))
+    outcome = TuneOutcome([], TunedTable(hw.name or info.name, hw.sms, hw.warp_size, versions, path))
+    for case in shapes:
+        element_size = dtype_of(case.dtype).itemsize
+        selection = selection_of(case)
+        timed = [
+            time_candidate(case, t, inputs, hw)
+            for t in candidates(case.batch, case.vocab, case.topk, hw, element_size, selection)
+        ]
+        shape = {"dtype": case.dtype, "batch": case.batch, "vocab": case.vocab, "k": case.topk}
+        for rank, t in enumerate(timed):
+            launch = {**asdict(t.tunables), "n_splits": t.plan.n_splits, "chunk": t.plan.chunk}
+            figures = {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us}
+            verdict = {"verdict": t.verdict, "reason": t.reason}
+            kind = {"path": case.path, "heuristic": rank == 0}
+            outcome.rows.append({**shape, **kind, **launch, **figures, **verdict})
+        best = best_of(timed)
+        if best is not None:
+            times = {"median_us": best.median_us, "heuristic_us": timed[0].median_us}
+            entry = Entry(**shape, best=best.tunables, **times)
+            outcome.table = replace(outcome.table, entries=(*outcome.table.entries, entry))
+        if on_shape:
+            on_shape(case, timed, outcome)
+    return outcome
+
+
+def write_outcome(outcome: TuneOutcome, table: Path, csv: Path) -> None:
+    """The table and every candidate's row, each file replaced whole (a kill mid-write keeps the old)."""
+    from perfsuite.kernels.tuned import replace_text, write_table
+
+    for path in (table, csv):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_table(table, outcome.table)
+    replace_text(csv, outcome.frame.to_csv(index=False))
