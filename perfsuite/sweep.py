@@ -70,7 +70,7 @@ def run_scenario(
     label: str | None = None,
     shard: sweep_shards.Shard | None = None,
 ) -> RunOutcome:
-    """Run every case of a scenario into `out_dir`: each case kind's cases in turn (`cases.kinds`: kernel,
+    """Run every case of a scenario into `out_dir`: each case kind's cases in turn (`core.kinds`: kernel,
     tensor parallel, draft), each row appended to its kind's log as it finishes, then CSV, JSON and HTML.
 
     The kernel kind samples the variants of one shape and path in turn (`cases.kernel_kind`). `only`: a
@@ -233,7 +233,7 @@ def finish(
     edge_matrix: bool = True,
 ) -> RunOutcome:
     """Turn the logs into tables (results.csv and .json from the first kind's log, then a CSV per other
-    kind's log, `cases.kinds`), the edge-case matrix (`edge_matrix`: in this run) and the HTML report (the
+    kind's log, `core.kinds`), the edge-case matrix (`edge_matrix`: in this run) and the HTML report (the
     report last: every table is on disk before anything imports it)."""
     primary, *others = kinds.logs()
     log = logs[primary]

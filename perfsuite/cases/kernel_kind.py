@@ -1,4 +1,4 @@
-"""The kernel case kind (`cases.kinds`): one selector call on one device, from the scenario's `[[sweep]]`
+"""The kernel case kind (`core.kinds`): one selector call on one device, from the scenario's `[[sweep]]`
 tables. Its cases run a shape at a time, the variants of one shape and path sampled in turn
 (`KernelCaseRunner.run_in_turn`), so each one's speedup pairs with the baseline's samples of the same
 seconds."""

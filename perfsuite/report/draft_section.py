@@ -79,7 +79,7 @@ NOT_SGLANG = "†"
 
 
 def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
-    """This case kind's part of the report (`cases.kinds`): the section of its rows, none without rows."""
+    """This case kind's part of the report (`core.kinds`): the section of its rows, none without rows."""
     return guarded_section(SECTION_ID, TITLE, frame, section)
 
 

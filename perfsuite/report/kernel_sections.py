@@ -73,7 +73,7 @@ MAX_REASON_GROUPS = 60
 
 
 def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
-    """The kernel case kind's part of the report (`cases.kinds`): summary, plots, traffic, parity and the
+    """The kernel case kind's part of the report (`core.kinds`): summary, plots, traffic, parity and the
     logits' shape; none without rows."""
     if not len(frame):
         return []

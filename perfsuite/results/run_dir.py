@@ -35,7 +35,7 @@ SAMPLES_LOG = "samples.jsonl"
 
 
 def logs() -> tuple[str, ...]:
-    """The logs a run appends to: each case kind's rows (`cases.kinds`: results.jsonl, draft.jsonl), then
+    """The logs a run appends to: each case kind's rows (`core.kinds`: results.jsonl, draft.jsonl), then
     the samples."""
     return (*kinds.logs(), SAMPLES_LOG)
 

@@ -2,7 +2,7 @@
 
     python reports/kernels-static/compile_time.py SCENARIO [--tune] [--jobs N] [--target sm_90]
 
-Takes the distinct launches the scenario's Triton cases make (`perfsuite.kernels.warm.warm_units`, on a
+Takes the distinct launches the scenario's Triton cases make (`perfsuite.tools.warm.warm_units`, on a
 GPU with the target's SM count and heuristic plans; `--tune` adds `perfsuite tune`'s candidates) and
 compiles them for the target through `perfsuite.kernels.resources` into an empty Triton cache: with
 `--jobs 1` one at a time here, timing each (wall and CPU, ptxas included); with `--jobs N` in a pool of N

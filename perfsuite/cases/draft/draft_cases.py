@@ -76,7 +76,7 @@ def run_draft(
 
 
 def run(cases: list[DraftCase], context: KindRun) -> Iterator[dict[str, object]]:
-    """The draft case kind's rows (`cases.kinds`), as each finishes."""
+    """The draft case kind's rows (`core.kinds`), as each finishes."""
     return run_draft(context.scenario, context.info, context.env, context.progress, cases=cases)
 
 

@@ -213,7 +213,7 @@ class _Tail:
 
 
 def run(cases: list[Case], context: KindRun) -> Iterator[dict[str, object]]:
-    """The tensor-parallel case kind's rows (`cases.kinds`): one torchrun launch per tp size, rank 0's rows
+    """The tensor-parallel case kind's rows (`core.kinds`): one torchrun launch per tp size, rank 0's rows
     as they finish."""
     if not cases:
         return iter(())

@@ -193,7 +193,7 @@ def is_tensor_parallel(case: Case) -> bool:
 
 
 def tp_cases(scenario: Scenario) -> list[Case]:
-    """The scenario's tensor-parallel cases (the `tensor_parallel` case kind, `cases.kinds`), in sweep
+    """The scenario's tensor-parallel cases (the `tensor_parallel` case kind, `core.kinds`), in sweep
     order."""
     return [case for case in scenarios.expand(scenario) if is_tensor_parallel(case)]
 
