@@ -23,7 +23,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.cases.kernel.kernel_runner import KernelRunner
 from perfsuite.core import machine
 from perfsuite.core.settings import apply_threads
 from perfsuite.measure.device import DeviceInfo, detect
@@ -165,9 +165,9 @@ def case(
 
 
 @pytest.fixture(scope="session")
-def case_runner(pytestconfig: pytest.Config) -> KernelCaseRunner:
+def case_runner(pytestconfig: pytest.Config) -> KernelRunner:
     session = session_of(pytestconfig)
-    return KernelCaseRunner(session.info, session.env)
+    return KernelRunner(session.info, session.env)
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, object]) -> None:

@@ -29,20 +29,20 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.cases.kernel.kernel_runner import KernelRunner
 from perfsuite.core import machine
 from perfsuite.measure import timing
 from perfsuite.results.rows import case_row, stamp
 from perfsuite.scenario.load import Case
-from perfsuite.variants import tensor_parallel as tp_variants
+from perfsuite.variants import tensor_parallel
 
 CLOCK = timing.SampleClock()
 TENSOR_PARALLEL = "a tensor-parallel case: it runs under torchrun (`perfsuite run`), not here"
 
 
 @pytest.mark.benchmark(timer=CLOCK)
-def test_selection(benchmark, case: Case, case_runner: KernelCaseRunner) -> None:
-    if case.tp > 1 or tp_variants.is_tp_variant(case.variant):
+def test_selection(benchmark, case: Case, case_runner: KernelRunner) -> None:
+    if case.tp > 1 or tensor_parallel.is_tp_variant(case.variant):
         pytest.skip(TENSOR_PARALLEL)
     reason = case_runner.skip_reason(case)
     if reason:

@@ -87,7 +87,7 @@ def _scenario(args: argparse.Namespace):
 def _draft_variants(scenario: Scenario, chosen: tuple[str, ...]) -> dict:
     """The scenario's extra tables with `--variant` in place of each `[draft]` table's variants, checked
     now (a tensor-parallel name there is one line, exit 2)."""
-    from perfsuite.cases.draft.spec import parse_draft
+    from perfsuite.cases.draft.draft_table import parse_draft
 
     raw = scenario.extra.get("draft")
     if raw is None:
@@ -352,9 +352,9 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from perfsuite import kernels
     from perfsuite.core import settings
-    from perfsuite.kernels import tuned
+    from perfsuite.kernels import plan_table
     from perfsuite.measure.device import detect
-    from perfsuite.tools import tuner
+    from perfsuite.tools import tuning
 
     scenario = _scenario(args)
     settings.apply_threads(scenario.timing.threads)
@@ -362,27 +362,28 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     reason = kernels.availability(info.device)
     if reason:
         raise UsageError(f"`tune` times the Triton kernels: {reason}")
-    out = Path(args.out) if args.out else tuned.default_path(info)
+    out = Path(args.out) if args.out else plan_table.default_path(info)
     csv = Path(args.csv) if args.csv else out.with_suffix(".csv")
-    shapes = tuner.shapes_of(expand(scenario))
+    shapes = tuning.shapes_of(expand(scenario))
     print(f"tuning {len(shapes)} shapes on {info.name} -> {out}")
 
-    def write_as_it_goes(case, timed: list[tuner.Timed], outcome: tuner.TuneOutcome) -> None:
-        tuner.write_outcome(outcome, out, csv)
+    def write_as_it_goes(case, timed: list[tuning.TimedPlan], outcome: tuning.TuneOutcome) -> None:
+        tuning.write_outcome(outcome, out, csv)
         usable = [t.median_us for t in timed if t.usable]
         best = f"{min(usable):.2f} us" if usable else "no exact candidate"
         shape = f"{case.dtype} B{case.batch} V{case.vocab} k{case.topk}"
         print(f"  {shape}: {len(timed)} candidates, best {best}")
 
     try:
-        outcome = tuner.tune(shapes, info, on_shape=write_as_it_goes)
+        outcome = tuning.tune(shapes, info, on_shape=write_as_it_goes)
     except KeyboardInterrupt:
         print(f"interrupted: the shapes tuned so far are in {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(pd.DataFrame(outcome.table.summary()).to_string(index=False))
     print(f"  table      {out}\n  candidates {csv}")
-    if out.parent != tuned.PACKAGED:
-        print(f"triton_auto uses it where {tuned.PLANS_ENV}={out} (or copy it into {tuned.PACKAGED})")
+    if out.parent != plan_table.PACKAGED:
+        where = f"{plan_table.PLANS_ENV}={out} (or copy it into {plan_table.PACKAGED})"
+        print(f"triton_auto uses it where {where}")
     return EXIT_OK
 
 
@@ -392,7 +393,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     try:
         device = resolve_device(args.device)
-        dtypes = [conformance.dtype_of(name) for name in args.dtype] or None
+        dtypes = [conformance.battery_dtype(name) for name in args.dtype] or None
         conformance.select(args.case, quick=args.quick)
     except (RuntimeError, ValueError) as exc:
         raise UsageError(f"check: {exc}") from None
@@ -590,7 +591,7 @@ def parser() -> argparse.ArgumentParser:
         "fastest exact ones as the device's tuned-plan table, which triton_auto then uses",
     )
     s.add_argument("scenario", help="its cases' dtype, batch, vocab, topk and path are the shapes tuned")
-    s.add_argument("--out", help="table JSON (default perfsuite/kernels/tuned/<device>.json)")
+    s.add_argument("--out", help="table JSON (default perfsuite/kernels/plan_table/<device>.json)")
     s.add_argument("--csv", help="every candidate's times (default: the table's name with .csv)")
     s.add_argument("--device", help="override the scenario's device (auto, cpu, cuda, cuda:N)")
     _threads_option(s)

@@ -19,7 +19,7 @@ call is timed on the host (a CPU run; on a GPU the call is asynchronous). It rep
 full_softmax's stable cases (stable in both runs) called slower.
 
 `--cost`: runs the scenario with and without the in-turn reference (the harness sets
-`KernelCaseRunner.reference = False`), alternating, and prints each run's wall and CPU time.
+`KernelRunner.reference = False`), alternating, and prints each run's wall and CPU time.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def harness_run(argv: list[str]) -> int:
     from perfsuite import cli
 
     if known.no_reference:
-        from perfsuite.cases.kernel import KernelCaseRunner
+        from perfsuite.cases.kernel.kernel_runner import KernelRunner
 
-        KernelCaseRunner.reference = False
+        KernelRunner.reference = False
     if known.slow != 1.0:
         slow_full_softmax(known.slow)
     return cli.main(["run", *rest])

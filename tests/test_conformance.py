@@ -12,7 +12,7 @@ import torch
 
 from perfsuite import cli, kernels, simulated_gpu
 from perfsuite.correctness import conformance
-from perfsuite.correctness.conformance import battery_cases as catalogue
+from perfsuite.correctness.conformance import battery_patterns as catalogue
 from perfsuite.correctness.conformance import interpreter
 from perfsuite.variants import external
 

@@ -20,8 +20,8 @@ import torch
 import torch.multiprocessing as mp
 
 from perfsuite import kernels
-from perfsuite.cases.tensor_parallel import launch, tp_cases, tp_rows
-from perfsuite.cases.tensor_parallel.tp_cases import CaseFailed, TPCaseRunner
+from perfsuite.cases.tensor_parallel import launch, tp_rows, tp_runner
+from perfsuite.cases.tensor_parallel.tp_runner import CaseFailed, TensorParallelRunner
 from perfsuite.correctness import parity
 from perfsuite.kernels import plan as plans
 from perfsuite.measure.device import detect
@@ -29,9 +29,9 @@ from perfsuite.report import tp_section as report
 from perfsuite.results import rows as row_pieces
 from perfsuite.scenario.inputs import make_logits
 from perfsuite.scenario.load import Case, ScenarioError, Timing
-from perfsuite.variants import tensor_parallel as tp_variants
+from perfsuite.variants import tensor_parallel
 from perfsuite.variants.tensor_parallel import Local, group, partials, sharded_triton
-from perfsuite.variants.tensor_parallel.shard import local_slice, padded_width, shard_of
+from perfsuite.variants.tensor_parallel.vocab_slice import local_slice, padded_width, vocab_slice
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, BF16 = torch.float32, torch.bfloat16
@@ -83,7 +83,7 @@ def build(label: str) -> tuple[torch.Tensor, int]:
 
 
 def tp_names() -> list[str]:
-    return [n for n in tp_variants.names() if n != "sharded_triton" or TRITON_ON_CPU]
+    return [n for n in tensor_parallel.names() if n != "sharded_triton" or TRITON_ON_CPU]
 
 
 # ------------------------------------------------------------------------------- pure functions
@@ -92,7 +92,7 @@ def tp_names() -> list[str]:
 @pytest.mark.parametrize("vocab", [1, 3, 10, 1001, 151666])
 @pytest.mark.parametrize("tp", [1, 2, 3, 4, 8])
 def test_shards_cover_the_vocabulary_in_order(vocab, tp):
-    shards = [shard_of(vocab, tp, r) for r in range(tp)]
+    shards = [vocab_slice(vocab, tp, r) for r in range(tp)]
     assert all(s.padded_width == padded_width(vocab, tp) >= s.width >= 0 for s in shards)
     assert sum(s.width for s in shards) == vocab
     assert all(a.start + a.width == b.start for a, b in itertools.pairwise(shards))
@@ -100,12 +100,12 @@ def test_shards_cover_the_vocabulary_in_order(vocab, tp):
 
 
 def test_uneven_shards_of_a_real_vocabulary():
-    assert [shard_of(151666, 4, r).width for r in range(4)] == [37917, 37917, 37917, 37915]
+    assert [vocab_slice(151666, 4, r).width for r in range(4)] == [37917, 37917, 37917, 37915]
 
 
 def test_local_slice_poisons_the_padding():
     full = torch.arange(10, dtype=F32)[None]
-    shard = shard_of(10, 4, 3)  # one real column, two of padding
+    shard = vocab_slice(10, 4, 3)  # one real column, two of padding
     local = local_slice(full, shard, row_pad=2)
     assert local.shape == (1, 3) and local[0, 0] == 9
     assert bool((local[0, 1:] == torch.finfo(F32).max).all())
@@ -117,7 +117,7 @@ def simulate(x: torch.Tensor, k: int, tp: int, use_triton: bool) -> tuple[torch.
 
     wires = []
     for rank in range(tp):
-        shard = shard_of(x.shape[1], tp, rank)
+        shard = vocab_slice(x.shape[1], tp, rank)
         logits = local_slice(x, shard)[:, : shard.width]
         if not use_triton:
             wires.append(partials.torch_partial(logits, k, shard.start))
@@ -144,7 +144,7 @@ def test_merged_partials_are_the_exact_reference(label, tp, use_triton):
     if use_triton and not TRITON_ON_CPU:
         pytest.skip("Triton on the CPU needs TRITON_INTERPRET=1")
     x, k = build(label)
-    ref = parity.reference(x, k)
+    ref = parity.truth(x, k)
     topk_p, topk_index = simulate(x, k, tp, use_triton)
     assert torch.equal(topk_index, ref.index)
     assert parity.check("exact", topk_p, topk_index, ref).verdict == "pass"
@@ -156,7 +156,7 @@ def test_merge_of_nonfinite_rows_follows_torch():
     assert bool(topk_p[:2].isnan().all()), "NaN row and all -inf row give NaN probabilities"
     assert topk_index[0, 0] == x.shape[1] - 2, "the NaN ranks first"
     assert bool(((topk_index >= 0) & (topk_index < x.shape[1])).all())
-    ref = parity.reference(x, k)
+    ref = parity.truth(x, k)
     assert (
         torch.equal(topk_index[2], ref.index[2])
         and parity.check("exact", topk_p, topk_index, ref).verdict == "pass"
@@ -166,50 +166,52 @@ def test_merge_of_nonfinite_rows_follows_torch():
 def test_bytes_models_per_rank():
     batch, vocab, k, tp = 16, 151936, 8, 4
     for name in ("allgather_full_softmax", "allgather_identity"):
-        comm = tp_variants.get(name).comm_bytes(batch, vocab, k, BF16, tp)
+        comm = tensor_parallel.get(name).comm_bytes(batch, vocab, k, BF16, tp)
         assert comm == batch * vocab * (tp - 1) // tp * 2  # B * V * (tp - 1) / tp * s
-    uneven = tp_variants.get("allgather_identity").comm_bytes(1, 151666, 1, BF16, 4)
+    uneven = tensor_parallel.get("allgather_identity").comm_bytes(1, 151666, 1, BF16, 4)
     assert uneven == 3 * 37917 * 2  # padded slices travel whole
     assert (
-        tp_variants.get("sharded_torch").comm_bytes(batch, vocab, k, BF16, tp)
+        tensor_parallel.get("sharded_torch").comm_bytes(batch, vocab, k, BF16, tp)
         == (tp - 1) * batch * (2 + 2 * k) * 4
     )
     parts = sharded_triton.rank_plan(batch, vocab, k, tp, plans.hardware(), 2).n_splits
     assert sharded_triton.comm_bytes(batch, vocab, k, BF16, tp) == (tp - 1) * batch * parts * (2 + 2 * k) * 4
-    for name in tp_variants.names():
-        variant = tp_variants.get(name)
+    for name in tensor_parallel.names():
+        variant = tensor_parallel.get(name)
         assert variant.comm_bytes(batch, vocab, k, BF16, 1) == 0, "one rank communicates nothing"
         assert variant.traffic(batch, vocab, k, BF16, tp).total > batch * vocab // tp * 2
-    hbm = {n: tp_variants.get(n).traffic(batch, vocab, k, BF16, tp).total for n in tp_variants.names()}
+    hbm = {
+        n: tensor_parallel.get(n).traffic(batch, vocab, k, BF16, tp).total for n in tensor_parallel.names()
+    }
     assert hbm["sharded_triton"] < hbm["sharded_torch"] < hbm["allgather_identity"]
     assert hbm["sharded_torch"] < hbm["allgather_full_softmax"]
 
 
 def test_registry_claims():
-    assert tp_variants.names()[0] == tp_variants.BASELINE == "allgather_full_softmax"
-    assert {n: tp_variants.get(n).accuracy for n in tp_variants.names()} == {
+    assert tensor_parallel.names()[0] == tensor_parallel.BASELINE == "allgather_full_softmax"
+    assert {n: tensor_parallel.get(n).accuracy for n in tensor_parallel.names()} == {
         "allgather_full_softmax": "rounded",
         "allgather_identity": "exact",
         "sharded_torch": "exact",
         "sharded_triton": "exact",
     }
     with pytest.raises(KeyError, match="sharded_torch"):
-        tp_variants.get("sharded")
+        tensor_parallel.get("sharded")
 
 
 def test_scenario_files(tmp_path):
-    quick = tp_cases.load(ROOT / "scenarios" / "tp_quick.toml")
-    assert quick.device == "cpu" and {c.tp for c in tp_cases.scenarios.expand(quick)} == {2}
-    assert len(tp_cases.select(quick, 2)) > 0 and all(
-        c.variant in tp_variants.names() for c in tp_cases.select(quick, 2)
+    quick = tp_runner.load(ROOT / "scenarios" / "tp_quick.toml")
+    assert quick.device == "cpu" and {c.tp for c in tp_runner.scenarios.expand(quick)} == {2}
+    assert len(tp_runner.select(quick, 2)) > 0 and all(
+        c.variant in tensor_parallel.names() for c in tp_runner.select(quick, 2)
     )
-    models = tp_cases.load(ROOT / "scenarios" / "tp_models.toml")
-    expanded = tp_cases.scenarios.expand(models)
+    models = tp_runner.load(ROOT / "scenarios" / "tp_models.toml")
+    expanded = tp_runner.scenarios.expand(models)
     assert {c.tp for c in expanded} == {2, 4, 8} and {c.dtype for c in expanded} == {"bfloat16"}
     assert {c.topk for c in expanded} == {1, 8} and min(c.batch for c in expanded) == 1
     assert max(c.batch for c in expanded) == 64 and 151666 in {c.vocab for c in expanded}
     with pytest.raises(ScenarioError, match=r"unknown variant 'sharded' .*, allgather_full_softmax"):
-        tp_cases.load(_scenario(tmp_path, ["sharded"]))
+        tp_runner.load(_scenario(tmp_path, ["sharded"]))
 
 
 def _scenario(where: Path, names: list[str], tps=(2,)) -> str:
@@ -275,17 +277,17 @@ def _rank_main(rank: int, world: int, store: str, out: str) -> None:
     results: dict[str, object] = {}
     for label in INPUTS:
         x, k = build(label)
-        shard = shard_of(x.shape[1], world, rank)
+        shard = vocab_slice(x.shape[1], world, rank)
         local = Local(local_slice(x, shard, row_pad=3), shard, g)
         for name in tp_names():
-            results[f"{label}/{name}"] = tp_variants.get(name)(local, k)
-    worker = TPCaseRunner(g, detect("cpu"), {"copy_gbps": 1.0})
+            results[f"{label}/{name}"] = tensor_parallel.get(name)(local, k)
+    worker = TensorParallelRunner(g, detect("cpu"), {"copy_gbps": 1.0})
     try:
         worker._agreed(lambda: 1 / 0 if rank == 1 else 1)
     except CaseFailed as failed:
         results["agreed"] = str(failed)
-    tp_variants._load()["broken"] = dataclasses.replace(
-        tp_variants.get("sharded_torch"), name="broken", select=_broken
+    tensor_parallel._load()["broken"] = dataclasses.replace(
+        tensor_parallel.get("sharded_torch"), name="broken", select=_broken
     )
     timing = Timing(warmup=1, reps=3, max_seconds=0.01, l2="hot")
     for name in ("broken", "sharded_torch"):
@@ -306,9 +308,9 @@ def spawned(tmp_path_factory) -> list[dict]:
 @pytest.mark.parametrize("label", list(INPUTS))
 def test_tp_variants_give_the_reference_on_every_rank(spawned, label):
     x, k = build(label)
-    ref = parity.reference(x, k)
+    ref = parity.truth(x, k)
     for name in tp_names():
-        variant = tp_variants.get(name)
+        variant = tensor_parallel.get(name)
         (p0, i0), (p1, i1) = (spawned[r][f"{label}/{name}"] for r in range(2))
         assert torch.equal(i0, i1) and torch.equal(p0.view(torch.int32), p1.view(torch.int32)), name
         assert p0.shape == i0.shape == (x.shape[0], k) and p0.dtype == F32 and i0.dtype == torch.int64
@@ -359,7 +361,7 @@ l2 = "hot"
 def test_launcher_runs_the_worker_and_skips_what_cannot_run(tmp_path):
     names = [*tp_names(), "identity"]
     path = _scenario(tmp_path, names, tps=(2, 4))
-    todo = [c for c in tp_cases.scenarios.expand(tp_cases.load(path))]
+    todo = [c for c in tp_runner.scenarios.expand(tp_runner.load(path))]
     env = {"scenario": "tp_tiny", "backend": "cpu", "copy_gbps": 10.0}
     out = tmp_path / "out"
     got = list(launch.run_tp_cases(path, todo, out, env, max_cpu_ranks=2, timeout_s=240))
@@ -376,7 +378,7 @@ def test_launcher_runs_the_worker_and_skips_what_cannot_run(tmp_path):
             assert row["status"] == "ok", row["reason"]
             assert row["verdict"] == ("n/a" if case.batch == 0 else "pass") and row["ranks_agree"] is True
             assert row["median_us"] > 0 and row["samples"] >= 3 and row["parity_ranks"] == 2
-            assert row["comm_bytes_model"] == tp_variants.get(case.variant).comm_bytes(
+            assert row["comm_bytes_model"] == tensor_parallel.get(case.variant).comm_bytes(
                 case.batch, case.vocab, case.topk, BF16, 2
             )
             assert row["hbm_bytes_model"] == row["bytes_model"] > 0 or case.batch == 0
@@ -393,7 +395,7 @@ def test_tensor_parallel_cases_read_logits_from_a_file(tmp_path):
         'variants = ["allgather_full_softmax", "sharded_torch"]\ndtypes = ["bfloat16"]\nbatch = [3]\n'
         'topk = [4]\nlogits = ["file:mine"]\ntp = [2]\n[timing]\nwarmup = 1\nreps = 3\nmax_seconds = 0.02\n'
     )
-    todo = tp_cases.scenarios.expand(tp_cases.load(path))
+    todo = tp_runner.scenarios.expand(tp_runner.load(path))
     assert {c.logits for c in todo} == {"file:mine"} and {c.vocab for c in todo} == {1001}
     env = {"scenario": "tp_file", "backend": "cpu", "copy_gbps": 10.0}
     got = list(launch.run_tp_cases(str(path), todo, tmp_path / "out", env, max_cpu_ranks=2, timeout_s=240))
@@ -414,7 +416,7 @@ def test_any_selector_runs_after_the_all_gather_external_ones_included(tmp_path,
     monkeypatch.syspath_prepend(data)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [data, os.environ.get("PYTHONPATH")])))
     path = _scenario(tmp_path, [*GATHERED, *EXTERNAL], tps=(2,))
-    todo = [c for c in tp_cases.scenarios.expand(tp_cases.load(path)) if c.topk == 1]
+    todo = [c for c in tp_runner.scenarios.expand(tp_runner.load(path)) if c.topk == 1]
     env = {"scenario": "tp_tiny", "backend": "cpu", "copy_gbps": 10.0}
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env, max_cpu_ranks=2, timeout_s=240))
     measured = {r["variant"]: r for r in got if r["batch"] == 3}
@@ -436,14 +438,14 @@ def test_a_gathered_selector_that_cannot_load_is_one_line(tmp_path, monkeypatch,
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
     path = _scenario(tmp_path, [name], tps=(2,))
     with pytest.raises(ScenarioError) as info:
-        tp_cases.load(path)
+        tp_runner.load(path)
     assert expected in str(info.value) and "\n" not in str(info.value)
 
 
 def test_launcher_gives_skipped_rows_when_the_launch_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TORCHRUN", (sys.executable, "-c", "import sys; sys.exit(3)", "--"))
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = tp_cases.select(tp_cases.load(path), 2)
+    todo = tp_runner.select(tp_runner.load(path), 2)
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cpu"}, timeout_s=30))
     assert len(got) == len(todo) and all(r["status"] == "skipped" for r in got)
     assert all("launch failed (torchrun exit 3" in r["reason"] for r in got)
@@ -452,7 +454,7 @@ def test_launcher_gives_skipped_rows_when_the_launch_fails(tmp_path, monkeypatch
 def test_launcher_needs_one_gpu_per_rank(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = tp_cases.select(tp_cases.load(path), 2)
+    todo = tp_runner.select(tp_runner.load(path), 2)
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cuda"}))
     assert all(r["status"] == "skipped" and "1 GPU(s) visible" in r["reason"] for r in got)
     assert all(r["backend_pg"] == "nccl" for r in got)
@@ -461,7 +463,7 @@ def test_launcher_needs_one_gpu_per_rank(tmp_path, monkeypatch):
 def test_launcher_times_out_into_error_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TORCHRUN", (sys.executable, "-c", "import time; time.sleep(60)", "--"))
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = tp_cases.select(tp_cases.load(path), 2)
+    todo = tp_runner.select(tp_runner.load(path), 2)
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cpu"}, timeout_s=1))
     assert all(r["status"] == "error" and "timed out after 1 s" in r["reason"] for r in got)
 
@@ -469,8 +471,8 @@ def test_launcher_times_out_into_error_rows(tmp_path, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL/RCCL needs 2 GPUs (one per rank)")
 def test_launcher_over_nccl(tmp_path):
-    path = _scenario(tmp_path, tp_variants.names())
-    todo = tp_cases.select(tp_cases.load(path), 2)
+    path = _scenario(tmp_path, tensor_parallel.names())
+    todo = tp_runner.select(tp_runner.load(path), 2)
     env = {"scenario": "tp_tiny", "backend": detect().backend, "copy_gbps": float("nan")}
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env, timeout_s=300))
     assert all(r["status"] == "ok" and r["backend_pg"] == "nccl" for r in got), [r["reason"] for r in got]

@@ -31,7 +31,7 @@ from perfsuite.cases.draft import (
 )
 from perfsuite.cases.draft.consumer import compare, orphan_share, split
 from perfsuite.cases.draft.counting import CPU_UNIT, count_kernels
-from perfsuite.cases.draft.draft_cases import FAST_PATH, ORGANISATION
+from perfsuite.cases.draft.draft_runner import FAST_PATH, ORGANISATION
 from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect
 from perfsuite.report.draft_section import NOT_SGLANG, draft_html
 from perfsuite.results.schema import DRAFT_COLUMNS

@@ -21,6 +21,7 @@ from perfsuite.cases.draft import (
     run_draft,
 )
 from perfsuite.cases.draft.consumer import identical
+from perfsuite.cases.draft.draft_table import draft_sweeps, expand_draft
 from perfsuite.cases.draft.loop import (
     DEFAULT_ACCEPT,
     DraftTree,
@@ -29,7 +30,6 @@ from perfsuite.cases.draft.loop import (
     extend_index,
     parse_accept,
 )
-from perfsuite.cases.draft.spec import draft_sweeps, expand_draft
 from perfsuite.measure.device import detect
 from perfsuite.scenario import load as scenario
 

@@ -25,7 +25,7 @@ from perfsuite.cases.draft import (
 )
 from perfsuite.cases.draft.clock import device_sampler
 from perfsuite.cases.draft.consumer import identical
-from perfsuite.cases.draft.draft_cases import FAST_PATH
+from perfsuite.cases.draft.draft_runner import FAST_PATH
 from perfsuite.cases.draft.graph import graph_body
 from perfsuite.core.settings import Timing
 from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect

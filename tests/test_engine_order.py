@@ -54,7 +54,7 @@ def test_engine_order_takes_torch_topk_order_and_identity_the_lowest_index(k):
 
 def test_parity_accepts_the_engine_order_as_ties_and_holds_it_exact():
     logits = tied_logits()
-    ref = parity.reference(logits, 7)
+    ref = parity.truth(logits, 7)
     p, index = variants.get(ENGINE)(logits, 7)
     check = parity.check("exact", p, index, ref)
     assert check.verdict == "pass", check.problem
@@ -196,7 +196,7 @@ def test_report_and_summary_state_the_pairs_and_the_tie_cost():
 def test_a_compile_group_times_the_compiled_baseline_in_turn(monkeypatch):
     """Both selectors of a compile group go through `execution.compiled` (stubbed: torch.compile costs seconds
     per shape here) and are sampled in turn: the variant's speedup is paired with the compiled baseline."""
-    from perfsuite.cases.kernel import KernelCaseRunner
+    from perfsuite.cases.kernel.kernel_runner import KernelRunner
     from perfsuite.core.settings import Timing
     from perfsuite.measure import execution
     from perfsuite.measure.device import detect
@@ -209,7 +209,7 @@ def test_a_compile_group_times_the_compiled_baseline_in_turn(monkeypatch):
     group = [c for c in expand(scenario) if c.topk == 3]
     assert [c.variant for c in group] == ["full_softmax", ENGINE]
     info = detect("cpu")
-    rows = {r["variant"]: r for r in KernelCaseRunner(info, environment(info, "s")).run_in_turn(group)}
+    rows = {r["variant"]: r for r in KernelRunner(info, environment(info, "s")).run_in_turn(group)}
     assert set(compiled) == {variants.get("full_softmax").select, variants.get(ENGINE).select}
     assert {r["path"] for r in rows.values()} == {"compile"}
     assert rows[ENGINE]["speedup_method"] == "paired" and rows[ENGINE]["verdict"] == "pass", rows

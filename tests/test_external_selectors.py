@@ -138,7 +138,7 @@ def test_probabilities_and_indices_come_back_in_the_contract(name):
     variant, logits, p, index = call(spec(name))
     assert variant.name == spec(name) and variant.accuracy == "exact"
     assert p.dtype == torch.float32 and index.dtype == torch.int64 and p.shape == index.shape == (3, 4)
-    ref = parity.reference(logits, 4)
+    ref = parity.truth(logits, 4)
     assert torch.equal(index, ref.index)
     assert parity.check(variant.accuracy, p, index, ref).verdict == "pass"
     assert variants.get(spec(name)) is variant  # loaded once
@@ -168,13 +168,13 @@ def test_indices_only_selectors_are_judged_on_their_indices(name):
     assert variant.accuracy == "inexact"  # declared exact: only its indices can be
     assert "indices only, topk_p = 1.0 (declared exact; judged on indices)" in variant.summary
     assert torch.equal(p, torch.ones(3, 2)) and index.dtype == torch.int64
-    check = parity.check(variant.accuracy, p, index, parity.reference(logits, 2))
+    check = parity.check(variant.accuracy, p, index, parity.truth(logits, 2))
     assert check.verdict == "inexact" and check.idx_exact_ref == 1.0
 
 
 def test_an_indices_only_selector_with_wrong_indices_fails_parity():
     variant, logits, p, index = call(spec("argmax_wrong"))
-    check = parity.check(variant.accuracy, p, index, parity.reference(logits, 4))
+    check = parity.check(variant.accuracy, p, index, parity.truth(logits, 4))
     assert check.verdict == "fail" and "ranks lower" in check.problem
 
 
@@ -202,7 +202,7 @@ def test_entry_points_are_listed_and_loaded(entry_point):
     assert "fake_topk" not in variants.names()  # the sweep defaults and edge matrix keep the built-ins
     variant, logits, p, index = call(entry_point)
     assert variant.name == "fake_topk" and variant.accuracy == "exact"
-    assert parity.check("exact", p, index, parity.reference(logits, 4)).verdict == "pass"
+    assert parity.check("exact", p, index, parity.truth(logits, 4)).verdict == "pass"
     with pytest.raises(
         ExternalSelectorError, match=r"^selector 'fake_missing': cannot import no_such_engine"
     ):

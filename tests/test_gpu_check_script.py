@@ -308,7 +308,7 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
     assert_every_launch_was_warmed_first(launch_log.read(launches), list(stages))
 
 
-def assert_every_launch_was_warmed_first(entries: list[launch_log.Entry], stages: list[str]) -> None:
+def assert_every_launch_was_warmed_first(entries: list[launch_log.LoggedLaunch], stages: list[str]) -> None:
     """The compile plan's proof (issue 19): each stage launches only kernel keys (with their pointers'
     alignment) that a warm worker launched in an earlier stage. The tests stage is exempt: its kernels
     (odd tiles and splits of the kernels' own tests) compile in parallel pytest workers instead."""
@@ -334,7 +334,7 @@ def assert_every_launch_was_warmed_first(entries: list[launch_log.Entry], stages
 
 def test_the_proof_fails_on_a_key_warmed_late_or_never():
     """The per-stage assertion itself: a key warmed only after the stage that launches it fails."""
-    entry, stages = launch_log.Entry, ["warm", "tune", "rewarm", "sweep", "draft", "check", "tests"]
+    entry, stages = launch_log.LoggedLaunch, ["warm", "tune", "rewarm", "sweep", "draft", "check", "tests"]
     warmed = [entry("warm", True, "a"), entry("rewarm", True, "b")]
     launched = [entry(s, False, "a") for s in ("tune", "draft", "check")] + [entry("sweep", False, "b")]
     assert_every_launch_was_warmed_first([*warmed, *launched, entry("tests", False, "odd")], stages)

@@ -25,7 +25,7 @@ if not kernels.triton_installed():
     pytest.skip(kernels.NO_TRITON, allow_module_level=True)
 
 from perfsuite.kernels import topk_softmax as ts
-from perfsuite.tools import compile_plan, warm
+from perfsuite.tools import warm, warm_keys
 
 ROOT = Path(__file__).parents[1]
 
@@ -91,7 +91,7 @@ def test_every_specialisation_is_launched_once_in_worker_processes(tmp_path):
     units, launches = warm.warm_units(expand(load(path)), hw)
     assert len({u.key for u in units}) == len(units) < launches
     assert {u.kernel for u in units} == {"fused", "partials", "merge"}
-    units = compile_plan.distinct(*warm.scenario_units(load(path), hw))  # the edge-case matrix's too
+    units = warm_keys.distinct(*warm.scenario_units(load(path), hw))  # the edge-case matrix's too
     done = _warm(path, "--jobs", "2")
     out, err = done.communicate(timeout=600)
     assert done.returncode == 0, out + err
@@ -163,16 +163,16 @@ def test_the_gpu_check_compiles_23_specialisations():
 
 
 def test_tune_adds_every_candidate_plan():
-    from perfsuite.tools import tuner
+    from perfsuite.tools import tuning
 
     hw = plans.Hardware(sms=132)
     cases = expand(load(ROOT / "scenarios" / "tune.toml"))
     units, _ = warm.warm_units(cases, hw, tune=True)
     keys = {u.key for u in units}
     assert len(keys) == len(units) > len(warm.warm_units(cases, hw)[0])
-    for case in tuner.shapes_of(cases):
+    for case in tuning.shapes_of(cases):
         dtype = dtype_of(case.dtype)
-        for tunables in tuner.candidates(case.batch, case.vocab, case.topk, hw, dtype.itemsize):
+        for tunables in tuning.candidates(case.batch, case.vocab, case.topk, hw, dtype.itemsize):
             plan = tunables.plan_for(case.batch, case.vocab, case.topk, hw, dtype.itemsize)
             layout = ts.RowLayout.contiguous(case.vocab, dtype.itemsize)
             for launch in ts.plan_launches(case.batch, case.vocab, case.topk, plan, layout):
@@ -251,23 +251,23 @@ def test_the_battery_plan_is_what_the_battery_launches(recorded):
 
     cpu, hw = torch.device("cpu"), plans.hardware(torch.device("cpu"))
     names = ["triton_auto", "triton_fused", "triton_split"]
-    units = compile_plan.battery_units(names, hw, cpu, quick=True)
+    units = warm_keys.battery_units(names, hw, cpu, quick=True)
     for name in names:
         list(battery.rows(name, cpu, quick=True))  # the launches record their key and do nothing
     assert set(recorded) == {u.key for u in units}
     shifts = {u.shift for u in units}
     assert len(shifts) > 1 and any(u.stride > 2**31 for u in units)  # offsets and int64 addressing
-    for unit in compile_plan.distinct(units):
+    for unit in warm_keys.distinct(units):
         recorded.clear()
         warm.make_launch(unit, cpu)  # one row of the geometry has the key of the battery's rows
         assert recorded == [unit.key], unit.describe()
 
 
 def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, recorded):
-    from perfsuite.cases.draft.draft_cases import _reuses_outputs
+    from perfsuite.cases.draft.draft_runner import _reuses_outputs
+    from perfsuite.cases.draft.draft_table import expand_draft
     from perfsuite.cases.draft.head import DraftHead
     from perfsuite.cases.draft.loop import DraftLoop
-    from perfsuite.cases.draft.spec import expand_draft
     from perfsuite.correctness import edge_cases
     from perfsuite.correctness.edge_cases import EDGE_TOPK
 
@@ -275,7 +275,7 @@ def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, rec
     scenario = load(_scenario(tmp_path, TINY))
     names = ["identity", "triton_fused", "triton_split", "triton_auto"]  # TINY's
     edge_cases.matrix([torch.bfloat16, torch.float32], EDGE_TOPK, names, cpu)
-    assert set(recorded) == {u.key for u in compile_plan.edge_matrix_units(scenario, hw)} != set()
+    assert set(recorded) == {u.key for u in warm_keys.edge_matrix_units(scenario, hw)} != set()
     recorded.clear()
     draft = load(_scenario(tmp_path, DRAFT))
     for case in expand_draft(draft):
@@ -287,7 +287,7 @@ def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, rec
         )
         loop = DraftLoop(DraftHead(case.head), functools.partial(_fake, select), case.loop)
         loop.decode(*loop.extend(tokens, hidden))
-    assert set(recorded) == {u.key for u in compile_plan.draft_units(draft, hw)} != set()
+    assert set(recorded) == {u.key for u in warm_keys.draft_units(draft, hw)} != set()
 
 
 def _fake(select, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -316,11 +316,11 @@ def test_the_stages_compile_plans_on_the_h200():
     """The distinct kernel keys of the GPU check's real stages on the H200's plan hardware (heuristic
     plans): the compile counts scripts/gpu_check.sh and the README state."""
     hw, cuda = plans.Hardware(sms=132), torch.device("cuda")
-    tune = compile_plan.candidate_units(expand(load(ROOT / "scenarios" / "tune.toml")), hw)
+    tune = warm_keys.candidate_units(expand(load(ROOT / "scenarios" / "tune.toml")), hw)
     sweep = warm.scenario_units(load(ROOT / "scenarios" / "gpu_check.toml"), hw)
-    draft = compile_plan.draft_units(load(ROOT / "scenarios" / "draft_gpu.toml"), hw)
+    draft = warm_keys.draft_units(load(ROOT / "scenarios" / "draft_gpu.toml"), hw)
     battery = ["triton_auto", "triton_fused", "triton_split", "triton_argmax"]  # gpu_check.sh's CHECK_TRITON
-    check = compile_plan.battery_units(battery, hw, cuda, quick=True)
-    counts = [len(compile_plan.distinct(s)) for s in (tune, *sweep, draft, check)]
+    check = warm_keys.battery_units(battery, hw, cuda, quick=True)
+    counts = [len(warm_keys.distinct(s)) for s in (tune, *sweep, draft, check)]
     assert counts == [105, 33, 12, 0, 11, 128]
-    assert len(compile_plan.distinct(tune, *sweep, draft, check)) == TOTAL_KEYS
+    assert len(warm_keys.distinct(tune, *sweep, draft, check)) == TOTAL_KEYS

@@ -186,7 +186,7 @@ def test_the_memory_check_knows_the_files_size(tmp_path, monkeypatch):
 
 
 def test_a_measured_case_on_a_file_records_the_logits_shape(tmp_path):
-    from perfsuite.cases.kernel import KernelCaseRunner
+    from perfsuite.cases.kernel.kernel_runner import KernelRunner
     from perfsuite.measure.device import detect
     from perfsuite.measure.environment import environment
 
@@ -202,7 +202,7 @@ def test_a_measured_case_on_a_file_records_the_logits_shape(tmp_path):
     s = scenario.load(path)
     group = scenario.expand(s)
     info = detect("cpu")
-    rows = KernelCaseRunner(info, environment(info, s.name)).run_in_turn(group)
+    rows = KernelRunner(info, environment(info, s.name)).run_in_turn(group)
     assert [r["status"] for r in rows] == ["ok", "ok"] and rows[1]["verdict"] == "pass"
     expected = logits_shape.shape_of(logits)
     for row in rows:

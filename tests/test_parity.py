@@ -11,7 +11,7 @@ from perfsuite.scenario import inputs
 
 def test_reference_is_the_float64_softmax():
     logits = inputs.make_logits("gaussian", 4, 999, torch.bfloat16, seed=1)
-    ref = parity.reference(logits, 5)
+    ref = parity.truth(logits, 5)
     truth = torch.softmax(logits.double(), dim=-1)
     torch.testing.assert_close(ref.prob, truth.gather(-1, ref.index))
     assert ref.prob.dtype == torch.float64 and bool(ref.finite.all())
@@ -23,7 +23,7 @@ def test_the_reference_is_exact_at_huge_finite_magnitudes():
     logits = torch.zeros(2, 64, dtype=torch.float32)
     logits[:, [3, 17, 40, 63]] = 1e30
     logits[1, :3] = -1e30
-    ref = parity.reference(logits, 4)
+    ref = parity.truth(logits, 4)
     assert torch.equal(ref.prob, torch.full((2, 4), 0.25, dtype=torch.float64))
     identity = parity.check("exact", *variants.get("identity")(logits, 4), ref)
     shortcut = parity.check("inexact", *variants.get("argmax_ones")(logits, 4), ref)
@@ -33,7 +33,7 @@ def test_the_reference_is_exact_at_huge_finite_magnitudes():
 
 def test_a_correct_selection_passes_and_a_wrong_token_fails():
     logits = inputs.make_logits("peaked", 8, 1000, torch.float32, seed=2)
-    ref = parity.reference(logits, 2)
+    ref = parity.truth(logits, 2)
     good = parity.check("exact", ref.prob.float(), ref.index, ref)
     assert good.verdict == "pass" and good.idx_exact_ref == 1.0 and good.top1_mismatch_ref == 0.0
     swapped = ref.index.flip(-1)
@@ -43,7 +43,7 @@ def test_a_correct_selection_passes_and_a_wrong_token_fails():
 
 def test_exact_probabilities_are_held_to_fp32_rounding():
     logits = inputs.make_logits("gaussian", 4, 1000, torch.float32, seed=3)
-    ref = parity.reference(logits, 1)
+    ref = parity.truth(logits, 1)
     off = parity.check("exact", (ref.prob * (1 + 1e-3)).float(), ref.index, ref)
     assert off.verdict == "fail" and off.p_relerr_ref > 5e-4
     as_inexact = parity.check("inexact", (ref.prob * (1 + 1e-3)).float(), ref.index, ref)
@@ -54,7 +54,7 @@ def test_exact_probabilities_are_held_to_fp32_rounding():
 
 def test_rounded_variants_may_swap_tokens_only_within_rounding():
     logits = torch.tensor([[0.75, 0.7461, -3.0, -4.0]]).to(torch.bfloat16)  # one bf16 ulp apart
-    ref = parity.reference(logits, 1)
+    ref = parity.truth(logits, 1)
     other = torch.tensor([[1]])
     p = ref.prob_at(other).float()
     assert parity.check("rounded", p, other, ref).verdict == "pass"
@@ -65,7 +65,7 @@ def test_rounded_variants_may_swap_tokens_only_within_rounding():
 
 def test_out_of_range_indices_and_bad_shapes_fail():
     logits = torch.randn(2, 10)
-    ref = parity.reference(logits, 1)
+    ref = parity.truth(logits, 1)
     assert "outside" in parity.check("exact", ref.prob.float(), torch.full((2, 1), 10), ref).problem
     assert "shapes" in parity.check("exact", ref.prob.float()[:1], ref.index[:1], ref).problem
     assert "dtypes" in parity.check("exact", ref.prob.float(), ref.index.int(), ref).problem
@@ -78,16 +78,16 @@ def test_non_finite_rows_are_counted_not_judged():
     logits[3] = float("-inf")
     logits[0, 5] = float("-inf")  # a mask is fine
     p, idx = variants.get("identity")(logits, 2)
-    result = parity.check("exact", p, idx, parity.reference(logits, 2))
+    result = parity.check("exact", p, idx, parity.truth(logits, 2))
     assert (result.finite_rows, result.nonfinite_rows, result.verdict) == (1, 3, "pass")
     all_bad = torch.full((2, 10), float("nan"))
     p, idx = variants.get("identity")(all_bad, 1)
-    assert parity.check("exact", p, idx, parity.reference(all_bad, 1)).verdict == "n/a"
+    assert parity.check("exact", p, idx, parity.truth(all_bad, 1)).verdict == "n/a"
 
 
 def test_baseline_agreement_figures():
     logits = inputs.make_logits("gaussian", 16, 2000, torch.float32, seed=4)
-    ref = parity.reference(logits, 4)
+    ref = parity.truth(logits, 4)
     base = variants.get("full_softmax")(logits, 4)
     p, idx = variants.get("identity")(logits, 4)
     result = parity.check("exact", p, idx, ref, base)
@@ -98,7 +98,7 @@ def test_baseline_agreement_figures():
 def test_bf16_softmax_picks_other_tokens_on_near_ties():
     """The headline: rounding probabilities to bf16 makes ties the logits did not have."""
     logits = inputs.make_logits("near_ties", 256, 4096, torch.bfloat16, seed=0)
-    ref = parity.reference(logits, 1)
+    ref = parity.truth(logits, 1)
     p, idx = variants.get("full_softmax")(logits, 1)
     result = parity.check("rounded", p, idx, ref)
     assert result.verdict == "pass"  # within its declared rounding

@@ -350,15 +350,15 @@ class FakeRunner:
     def skip_reason(self, case: float) -> str | None:
         return None
 
-    def prepare_timed(self, case: float) -> protocol.Timed:
-        return protocol.Timed(FakeSampler(case), lambda s: {"median_us": s.median_us})
+    def prepare_timed(self, case: float) -> protocol.ReadyCase:
+        return protocol.ReadyCase(FakeSampler(case), lambda s: {"median_us": s.median_us})
 
     def release(self) -> None:
         pass
 
 
-def reference(seconds: float, broken: bool = False) -> protocol.Reference:
-    return protocol.Reference(
+def reference(seconds: float, broken: bool = False) -> protocol.InTurnReference:
+    return protocol.InTurnReference(
         (FakeSampler(seconds, broken),),
         lambda refs, own, row: {"vs_ref": timing.paired_ratio(own, refs[0]).median},
     )

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from perfsuite import cli, variants
-from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.cases.kernel.kernel_runner import KernelRunner
 from perfsuite.measure import memory
 from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
 from perfsuite.variants.base import Variant
@@ -141,7 +141,7 @@ def test_shapes_that_do_not_fit_are_skipped_with_the_reason(tmp_path, monkeypatc
 
 
 def test_interrupted_runs_keep_their_rows_and_resume(tmp_path, monkeypatch):
-    original = KernelCaseRunner.run_in_turn
+    original = KernelRunner.run_in_turn
     calls = {"groups": 0, "rows": 0}
 
     def interrupt_third(self, cases):
@@ -152,11 +152,11 @@ def test_interrupted_runs_keep_their_rows_and_resume(tmp_path, monkeypatch):
         calls["rows"] += len(rows)
         return rows
 
-    monkeypatch.setattr(KernelCaseRunner, "run_in_turn", interrupt_third)
+    monkeypatch.setattr(KernelRunner, "run_in_turn", interrupt_third)
     code, out = run(tmp_path)
     assert code == 130
     assert 0 < calls["rows"] == len(pd.read_csv(out / "results.csv")) and (out / "report.html").exists()
-    monkeypatch.setattr(KernelCaseRunner, "run_in_turn", original)
+    monkeypatch.setattr(KernelRunner, "run_in_turn", original)
     code, out = run(tmp_path, "--resume")
     frame = pd.read_csv(out / "results.csv")
     assert code == 0 and len(frame) == 24 and frame["case_id"].is_unique

@@ -13,7 +13,7 @@ import torch
 
 from perfsuite import cli, kernels
 from perfsuite.cases import protocol
-from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.cases.kernel.kernel_runner import KernelRunner
 from perfsuite.core import machine, settings
 from perfsuite.core.settings import Timing
 from perfsuite.measure import memory, timing
@@ -227,7 +227,7 @@ def test_a_case_that_breaks_in_a_group_leaves_the_others_paired(tmp_path):
 
     scenario = load(scenario_file(tmp_path))
     info = detect("cpu")
-    runner = KernelCaseRunner(info, environment(info, scenario.name))
+    runner = KernelRunner(info, environment(info, scenario.name))
     group = [c for c in expand(scenario) if c.topk == 1]
     original = runner.prepare_timed
 
@@ -250,7 +250,7 @@ def test_triton_in_the_interpreter_is_not_timed(monkeypatch):
     from perfsuite.measure.device import detect
     from perfsuite.scenario.load import Case
 
-    runner = KernelCaseRunner(detect("cpu"), {})
+    runner = KernelRunner(detect("cpu"), {})
     if kernels.triton_installed():  # a Triton variant checked in the interpreter is a skipped row
         assert runner.skip_reason(Case("s", "triton_auto", "eager", "float32", 1000, 2, 1, "gaussian")) == (
             kernels.NOT_TIMED

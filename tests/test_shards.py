@@ -11,7 +11,7 @@ import pytest
 import tomllib
 
 from perfsuite import cli
-from perfsuite.cases.kernel_kind import unit as unit_of
+from perfsuite.cases.kernel import unit as unit_of
 from perfsuite.results import sweep_shards
 from perfsuite.scenario.load import expand, parse
 

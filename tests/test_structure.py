@@ -85,7 +85,7 @@ def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     assert "perfsuite.report" in graph["perfsuite.sweep"]  # imported inside `finish`
     # the draft tables name the scenario by a Protocol, not by the loader's type: no cycle to hide
-    assert "perfsuite.scenario.load" not in graph["perfsuite.cases.draft.spec"]
+    assert "perfsuite.scenario.load" not in graph["perfsuite.cases.draft.draft_table"]
 
 
 def test_the_graph_sees_type_checking_imports():
@@ -120,7 +120,7 @@ def test_imports_point_down_the_layers():
 
 def test_the_layer_check_names_an_upward_import():
     assert layer_of("perfsuite.measure.timing") < layer_of("perfsuite.sweep")
-    assert layer_of("perfsuite.tools.tuner") > layer_of("perfsuite.kernels.plan")  # longest entry wins
+    assert layer_of("perfsuite.tools.tuning") > layer_of("perfsuite.kernels.plan")  # longest entry wins
     assert layer_of("perfsuite") < layer_of("perfsuite.measure")  # the root __init__, not every module
 
 
@@ -196,15 +196,15 @@ def test_each_case_kind_baseline_is_its_selectors_baseline():
     from perfsuite import variants
     from perfsuite.core import kinds
     from perfsuite.results import schema
-    from perfsuite.variants import tensor_parallel as tp_variants
+    from perfsuite.variants import tensor_parallel
 
     baselines = {kind.name: kind.baseline for kind in kinds.KINDS}
     assert baselines == {
         "kernel": variants.BASELINE,
-        "tensor_parallel": tp_variants.BASELINE,
+        "tensor_parallel": tensor_parallel.BASELINE,
         "draft": variants.BASELINE,
     }
-    assert schema.BASELINES == (variants.BASELINE, tp_variants.BASELINE)
+    assert schema.BASELINES == (variants.BASELINE, tensor_parallel.BASELINE)
 
 
 def test_readers_of_the_case_kinds_name_no_kind():
@@ -212,10 +212,10 @@ def test_readers_of_the_case_kinds_name_no_kind():
     through the registry."""
     graph = import_graph()
     kind_modules = {
-        "perfsuite.cases.kernel_kind",
-        "perfsuite.cases.draft.draft_cases",
-        "perfsuite.cases.draft.spec",
-        "perfsuite.cases.tensor_parallel.tp_cases",
+        "perfsuite.cases.kernel",
+        "perfsuite.cases.draft.draft_runner",
+        "perfsuite.cases.draft.draft_table",
+        "perfsuite.cases.tensor_parallel.tp_runner",
         "perfsuite.cases.tensor_parallel.launch",
         "perfsuite.report.tp_section",
         "perfsuite.report.draft_section",

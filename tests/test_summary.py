@@ -100,13 +100,13 @@ def test_perfsuite_summary_is_the_same_command(tmp_path, capsys):
 
 
 def test_the_tuned_table_beside_the_results_joins_the_summary(tmp_path, capsys):
-    from perfsuite.kernels import tuned
+    from perfsuite.kernels import plan_table
 
     path = tmp_path / "results.csv"
     frame().to_csv(path, index=False)
-    best = tuned.Tunables("split", 2048, 4, waves=2.0)
-    entry = tuned.Entry("bfloat16", 1, 151936, 1, best, median_us=8.0, heuristic_us=10.0)
-    table = tuned.TunedTable("NVIDIA H200", 132, 32, {}, "graph", (entry,))
+    best = plan_table.Tunables("split", 2048, 4, waves=2.0)
+    entry = plan_table.TunedShape("bfloat16", 1, 151936, 1, best, median_us=8.0, heuristic_us=10.0)
+    table = plan_table.TunedTable("NVIDIA H200", 132, 32, {}, "graph", (entry,))
     (tmp_path / "tuned.json").write_text(table.to_json())
     assert summary.main([str(path)]) == 0
     printed = capsys.readouterr().out

@@ -22,10 +22,10 @@ pytest.importorskip("triton")
 from perfsuite import cli, kernels, variants
 from perfsuite.correctness import conformance
 from perfsuite.kernels import plan as plans
+from perfsuite.kernels import plan_table
 from perfsuite.kernels import topk_softmax as ts
-from perfsuite.kernels import tuned
 from perfsuite.scenario.load import expand, load
-from perfsuite.tools import compile_plan, tuner
+from perfsuite.tools import tuning, warm_keys
 
 pytestmark = pytest.mark.triton
 
@@ -140,8 +140,8 @@ def test_the_variant():
     # the exact kernels' plans, on the argmax kernels; the launch column says so
     for batch, vocab in [(1, 151936), (256, 151936), (2, 1000)]:
         auto = variants.get("triton_auto")
-        plan = compile_plan.plan_functions()["triton_argmax"](batch, vocab, 1, BF16, HW)
-        assert plan == tuned.best_plan(batch, vocab, 1, BF16, HW).selecting("argmax")
+        plan = warm_keys.plan_functions()["triton_argmax"](batch, vocab, 1, BF16, HW)
+        assert plan == plan_table.best_plan(batch, vocab, 1, BF16, HW).selecting("argmax")
     assert ARGMAX.launch(1, 151666, 1, BF16).startswith("argmax split")
     assert auto.launch(1, 151666, 1, BF16).startswith("split")
 
@@ -183,40 +183,42 @@ def test_it_is_in_the_compile_plan(tmp_path, recorded):
         'vocab = [300, 8193]\nbatch = [1, 2]\ntopk = [1]\nlogits = ["gaussian"]\n'
     )
     cases = expand(load(scenario))
-    assert compile_plan.selection_of("triton_argmax") == "argmax"
-    assert compile_plan.selection_of("triton_auto") == compile_plan.selection_of("identity") == "topk"
-    units = compile_plan.sweep_units(cases, HW)
+    assert warm_keys.selection_of("triton_argmax") == "argmax"
+    assert warm_keys.selection_of("triton_auto") == warm_keys.selection_of("identity") == "topk"
+    units = warm_keys.sweep_units(cases, HW)
     assert {u.kernel for u in units} == {"argmax", "argmax_partials", "argmax_merge"}
     for case in cases:
         ARGMAX(torch.zeros(case.batch, case.vocab, dtype=BF16, device=DEVICE), 1)
     assert set(recorded) == {u.key for u in units}
-    battery = compile_plan.battery_units(["triton_argmax"], HW, DEVICE, quick=True)
+    battery = warm_keys.battery_units(["triton_argmax"], HW, DEVICE, quick=True)
     assert {u.kernel for u in battery} >= {"argmax", "argmax_partials", "argmax_merge"}
     assert {u.k for u in battery} == {1}
-    tune = compile_plan.candidate_units(cases, HW)
+    tune = warm_keys.candidate_units(cases, HW)
     assert {u.kernel for u in tune} == {"argmax", "argmax_partials", "argmax_merge"}
     assert len(tune) > len(units)
-    assert [tuner.selection_of(c) for c in tuner.shapes_of(cases)] == ["argmax"] * 4
-    found = tuner.candidates(1, 151936, 1, HW, 2, "argmax")
-    assert found[0] == tuned.Tunables.of(plans.choose(1, 151936, 1, HW, 2, "argmax"))
+    assert [tuning.selection_of(c) for c in tuning.shapes_of(cases)] == ["argmax"] * 4
+    found = tuning.candidates(1, 151936, 1, HW, 2, "argmax")
+    assert found[0] == plan_table.Tunables.of(plans.choose(1, 151936, 1, HW, 2, "argmax"))
     assert {t.selection for t in found} == {"argmax"} and {t.kernel for t in found} == {"fused", "split"}
-    ordered = compile_plan.distinct(units)
+    ordered = warm_keys.distinct(units)
     merges = [u.kernel.endswith("merge") for u in ordered]
     assert merges == sorted(merges)  # the scans first
 
 
 def test_a_tuned_argmax_entry_drives_only_the_argmax(tmp_path, monkeypatch):
     gpu = plans.Hardware(sms=132, warp_size=32, name="Argmax GPU 1")
-    best = tuned.Tunables("fused", 2048, 4, selection="argmax")
-    entry = tuned.Entry("bfloat16", 1, 151936, 1, best, median_us=3.0, heuristic_us=5.0)
-    table = tuned.TunedTable(gpu.name, gpu.sms, gpu.warp_size, {}, "graph", (entry,))
+    best = plan_table.Tunables("fused", 2048, 4, selection="argmax")
+    entry = plan_table.TunedShape("bfloat16", 1, 151936, 1, best, median_us=3.0, heuristic_us=5.0)
+    table = plan_table.TunedTable(gpu.name, gpu.sms, gpu.warp_size, {}, "graph", (entry,))
     path = tmp_path / "t.json"
     path.write_text(table.to_json())
-    monkeypatch.setenv(tuned.PLANS_ENV, str(path))
-    assert tuned.TunedTable.from_json(path.read_text()) == table
-    assert tuned.best_plan(2, 129280, 1, BF16, gpu, "argmax") == best.plan_for(2, 129280, 1, gpu, 2)
-    assert tuned.best_plan(2, 129280, 1, BF16, gpu) == plans.choose(2, 129280, 1, gpu, 2)  # top-k: heuristic
-    assert tuned.is_tuned(gpu.name, "argmax") and not tuned.is_tuned(gpu.name)
+    monkeypatch.setenv(plan_table.PLANS_ENV, str(path))
+    assert plan_table.TunedTable.from_json(path.read_text()) == table
+    assert plan_table.best_plan(2, 129280, 1, BF16, gpu, "argmax") == best.plan_for(2, 129280, 1, gpu, 2)
+    assert plan_table.best_plan(2, 129280, 1, BF16, gpu) == plans.choose(
+        2, 129280, 1, gpu, 2
+    )  # top-k: heuristic
+    assert plan_table.is_tuned(gpu.name, "argmax") and not plan_table.is_tuned(gpu.name)
 
 
 def test_perfsuite_variants_lists_it(capsys):

@@ -49,7 +49,7 @@ def split(chunk: int, block: int, prefetch: bool = True):
 
 
 def assert_exact(logits: torch.Tensor, k: int, topk_p: torch.Tensor, topk_index: torch.Tensor) -> None:
-    ref = parity.reference(logits, k)
+    ref = parity.truth(logits, k)
     verdict = parity.check("exact", topk_p, topk_index, ref)
     assert verdict.verdict == "pass", verdict.problem
     assert torch.equal(topk_index.cpu(), ref.index.cpu())
@@ -103,7 +103,7 @@ def test_auto_runs_split_at_batch_one_and_agrees_with_fused():
 def test_ties_same_answer_for_any_tiling(k):
     """Lowest index first whatever the tile size or number of splits (1, 4, 16, 32 splits)."""
     logits = make_logits("ties", 2, 500, BF16, seed=k, device=DEVICE, row_pad=2)
-    ref = parity.reference(logits, k)
+    ref = parity.truth(logits, k)
     selectors = [fused(16), fused(128), fused(512), split(500, 256), split(125, 32), split(32, 32)]
     selectors.append(split(16, 16))
     results = [select(logits, k) for select in selectors]
@@ -144,7 +144,7 @@ def test_nonfinite_rows(dtype):
     +inf and for all -inf rows; -inf entries of a finite row get p = 0. Identical for fused and split."""
     logits = _nonfinite_rows(dtype).to(DEVICE)
     k = 4
-    ref = parity.reference(logits, k)
+    ref = parity.truth(logits, k)
     results = [select(logits, k) for select in (fused(16), fused(256), split(32, 16), split(200, 64))]
     for p, idx in results:
         p, idx = p.cpu(), idx.cpu()
@@ -215,7 +215,7 @@ def test_unaligned_views_use_head_body_tail(dtype, offset, prefetch):
         fused(256, prefetch),
     ):
         p, idx = select(logits, 4)
-        ref = parity.reference(logits, 4)
+        ref = parity.truth(logits, 4)
         assert torch.equal(idx.cpu(), ref.index.cpu()), select
         finite = [0, 3]
         expected = ref.prob[finite].float().cpu()

@@ -16,33 +16,33 @@ from support import DEVICE
 from perfsuite import cli, kernels, variants
 from perfsuite.correctness import parity
 from perfsuite.kernels import plan as plans
-from perfsuite.kernels import tuned
+from perfsuite.kernels import plan_table
 from perfsuite.scenario.inputs import make_logits
 
 if kernels.availability(DEVICE) is not None:
     pytest.skip(kernels.availability(DEVICE), allow_module_level=True)
 
 from perfsuite.kernels import topk_softmax
-from perfsuite.tools import tuner
+from perfsuite.tools import tuning
 
 BF16 = torch.bfloat16
 GPU = plans.Hardware(sms=132, warp_size=32, name="Test GPU 9000")
 
 
-def _entry(dtype: str, batch: int, vocab: int, k: int, best: tuned.Tunables) -> tuned.Entry:
-    return tuned.Entry(dtype, batch, vocab, k, best, median_us=10.0, heuristic_us=20.0)
+def _entry(dtype: str, batch: int, vocab: int, k: int, best: plan_table.Tunables) -> plan_table.TunedShape:
+    return plan_table.TunedShape(dtype, batch, vocab, k, best, median_us=10.0, heuristic_us=20.0)
 
 
-def _install(tmp_path, monkeypatch, entries: list[tuned.Entry], device: str = GPU.name) -> None:
-    table = tuned.TunedTable(device, GPU.sms, GPU.warp_size, {"triton": "x"}, "graph", tuple(entries))
+def _install(tmp_path, monkeypatch, entries: list[plan_table.TunedShape], device: str = GPU.name) -> None:
+    table = plan_table.TunedTable(device, GPU.sms, GPU.warp_size, {"triton": "x"}, "graph", tuple(entries))
     path = tmp_path / "table.json"
     path.write_text(table.to_json())
-    monkeypatch.setenv(tuned.PLANS_ENV, str(path))
+    monkeypatch.setenv(plan_table.PLANS_ENV, str(path))
 
 
 def test_candidates_cover_both_kernels_and_launch_differently():
-    found = tuner.candidates(1, 151936, 8, GPU, 2)
-    assert found[0] == tuned.Tunables.of(plans.choose(1, 151936, 8, GPU, 2))  # the heuristic first
+    found = tuning.candidates(1, 151936, 8, GPU, 2)
+    assert found[0] == plan_table.Tunables.of(plans.choose(1, 151936, 8, GPU, 2))  # the heuristic first
     assert {t.kernel for t in found} == {"fused", "split"}
     assert len(found) >= 15
     layout = topk_softmax.RowLayout.contiguous(151936, 2)
@@ -56,11 +56,11 @@ def test_candidates_cover_both_kernels_and_launch_differently():
     assert len(launches) == len(found)
     for t in found:
         assert t.block * 2 >= plans.LOAD_BYTES * GPU.warp_size * t.num_warps
-    assert {t.kernel for t in tuner.candidates(4, 3000, 1, GPU, 4)} == {"fused"}  # too short to split
+    assert {t.kernel for t in tuning.candidates(4, 3000, 1, GPU, 4)} == {"fused"}  # too short to split
 
 
 def test_split_tunables_follow_the_shape():
-    one_wave = tuned.Tunables("split", 1024, 4, waves=1.0)
+    one_wave = plan_table.Tunables("split", 1024, 4, waves=1.0)
     at_1 = one_wave.plan_for(1, 262144, 1, GPU, 2)
     at_8 = one_wave.plan_for(8, 262144, 1, GPU, 2)
     assert at_1.n_splits >= 100 and 12 <= at_8.n_splits <= 20  # ~132 programs either way
@@ -68,73 +68,73 @@ def test_split_tunables_follow_the_shape():
 
 
 def test_table_round_trip_and_lookup(tmp_path, monkeypatch):
-    fused = tuned.Tunables("fused", 2048, 4)
-    split = tuned.Tunables("split", 2048, 8, waves=2.0)
+    fused = plan_table.Tunables("fused", 2048, 4)
+    split = plan_table.Tunables("split", 2048, 8, waves=2.0)
     entries = [_entry("bfloat16", 1, 151936, 1, split), _entry("bfloat16", 256, 151936, 8, fused)]
     _install(tmp_path, monkeypatch, entries)
-    table = tuned.table_for(GPU.name)
+    table = plan_table.table_for(GPU.name)
     assert table is not None and table.entries == tuple(entries)
-    assert tuned.TunedTable.from_json(table.to_json()) == table
-    assert tuned.slug("NVIDIA H200 NVL") == "nvidia-h200-nvl"
+    assert plan_table.TunedTable.from_json(table.to_json()) == table
+    assert plan_table.slug("NVIDIA H200 NVL") == "nvidia-h200-nvl"
     # nearest tuned shape, its tunables applied to the asked shape; fp16 shares bf16's entries
-    assert tuned.best_plan(2, 129280, 1, BF16, GPU) == split.plan_for(2, 129280, 1, GPU, 2)
-    assert tuned.best_plan(128, 163840, 8, torch.float16, GPU) == fused.plan_for(128, 163840, 8, GPU, 2)
+    assert plan_table.best_plan(2, 129280, 1, BF16, GPU) == split.plan_for(2, 129280, 1, GPU, 2)
+    assert plan_table.best_plan(128, 163840, 8, torch.float16, GPU) == fused.plan_for(128, 163840, 8, GPU, 2)
     # no entry of that element size, another device, or no device name: the heuristic
-    assert tuned.best_plan(1, 151936, 1, torch.float32, GPU) == plans.choose(1, 151936, 1, GPU, 4)
+    assert plan_table.best_plan(1, 151936, 1, torch.float32, GPU) == plans.choose(1, 151936, 1, GPU, 4)
     other = plans.Hardware(132, 32, "Another GPU")
-    assert tuned.best_plan(1, 151936, 1, BF16, other) == plans.choose(1, 151936, 1, other, 2)
-    assert tuned.best_plan(1, 151936, 1, BF16, plans.Hardware()) == plans.choose(1, 151936, 1)
+    assert plan_table.best_plan(1, 151936, 1, BF16, other) == plans.choose(1, 151936, 1, other, 2)
+    assert plan_table.best_plan(1, 151936, 1, BF16, plans.Hardware()) == plans.choose(1, 151936, 1)
 
 
 def test_a_malformed_table_names_its_file(tmp_path, monkeypatch):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"device": "x"}))
-    monkeypatch.setenv(tuned.PLANS_ENV, str(bad))
+    monkeypatch.setenv(plan_table.PLANS_ENV, str(bad))
     with pytest.raises(ValueError, match=r"bad\.json: not a perfsuite tuned-plan table"):
-        tuned.table_for("x")
+        plan_table.table_for("x")
 
 
-def _table(entries: int) -> tuned.TunedTable:
-    best = tuned.Tunables("fused", 2048, 4)
+def _table(entries: int) -> plan_table.TunedTable:
+    best = plan_table.Tunables("fused", 2048, 4)
     rows = tuple(_entry("bfloat16", batch, 151936, 1, best) for batch in range(1, entries + 1))
-    return tuned.TunedTable(GPU.name, GPU.sms, GPU.warp_size, {"triton": "x"}, "graph", rows)
+    return plan_table.TunedTable(GPU.name, GPU.sms, GPU.warp_size, {"triton": "x"}, "graph", rows)
 
 
 def test_a_table_being_replaced_is_never_seen_half_written(tmp_path, monkeypatch):
     path, old, new = tmp_path / "tuned.json", _table(1), _table(300)
-    tuned.write_table(path, old)
+    plan_table.write_table(path, old)
     seen = []
     rename = os.replace
 
     def rename_and_look(source, target):  # the moment the new table takes the old one's place
         assert Path(source).parent == Path(target).parent  # a rename inside one folder: atomic
-        seen.append(tuned.TunedTable.from_json(Path(target).read_text()))  # a reader still gets the old
-        seen.append(tuned.TunedTable.from_json(Path(source).read_text()))  # the new one is whole already
+        seen.append(plan_table.TunedTable.from_json(Path(target).read_text()))  # a reader still gets the old
+        seen.append(plan_table.TunedTable.from_json(Path(source).read_text()))  # the new one is whole already
         rename(source, target)
 
-    monkeypatch.setattr(tuned.os, "replace", rename_and_look)
-    tuned.write_table(path, new)
+    monkeypatch.setattr(plan_table.os, "replace", rename_and_look)
+    plan_table.write_table(path, new)
     assert seen == [old, new]
-    assert tuned.TunedTable.from_json(path.read_text()) == new
+    assert plan_table.TunedTable.from_json(path.read_text()) == new
     assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]  # no temporary file left
 
 
 def test_a_write_that_fails_midway_leaves_the_old_table(tmp_path, monkeypatch):
     path, old = tmp_path / "tuned.json", _table(1)
-    tuned.write_table(path, old)
+    plan_table.write_table(path, old)
 
     def disk_full(fd: int) -> None:
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(tuned.os, "fsync", disk_full)
+    monkeypatch.setattr(plan_table.os, "fsync", disk_full)
     with pytest.raises(OSError, match="No space left"):
-        tuned.write_table(path, _table(300))
-    assert tuned.TunedTable.from_json(path.read_text()) == old
+        plan_table.write_table(path, _table(300))
+    assert plan_table.TunedTable.from_json(path.read_text()) == old
     assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]
 
 
 def test_triton_auto_runs_the_tuned_plan(tmp_path, monkeypatch):
-    tunables = tuned.Tunables("split", 64, 2, waves=0.5)  # nothing the heuristic would pick
+    tunables = plan_table.Tunables("split", 64, 2, waves=0.5)  # nothing the heuristic would pick
     _install(tmp_path, monkeypatch, [_entry("bfloat16", 2, 5000, 4, tunables)])
     monkeypatch.setattr(plans, "hardware", lambda device=None: GPU)
     launched = []
@@ -148,24 +148,24 @@ def test_triton_auto_runs_the_tuned_plan(tmp_path, monkeypatch):
     # the results' launch column says which plan ran, and that it came from the table
     described = variants.get("triton_auto").launch(2, 5000, 4, BF16)
     assert described == f"{launched[0].describe()} (tuned)" and described.startswith("split 3 x 2048 cols")
-    assert parity.check("exact", p, idx, parity.reference(logits, 4)).verdict == "pass"
+    assert parity.check("exact", p, idx, parity.truth(logits, 4)).verdict == "pass"
 
 
-def _timed(median: float, spread: float = 1.0, verdict: str = "pass") -> tuner.Timed:
-    tunables = tuned.Tunables("fused", 4096, 8)
+def _timed(median: float, spread: float = 1.0, verdict: str = "pass") -> tuning.TimedPlan:
+    tunables = plan_table.Tunables("fused", 4096, 8)
     plan = plans.fused_plan(GPU, 2)
-    return tuner.Timed(tunables, plan, median, median - spread, median + spread, verdict)
+    return tuning.TimedPlan(tunables, plan, median, median - spread, median + spread, verdict)
 
 
 def test_a_candidate_replaces_the_heuristic_only_outside_the_noise():
     heuristic = _timed(10.0, 0.2)
     clear, close, noisy = _timed(8.0, 0.2), _timed(9.9, 0.01), _timed(8.0, 2.5)
-    assert tuner.best_of([heuristic, close, clear]) is clear
-    assert tuner.best_of([heuristic, close]) is heuristic  # under MIN_GAIN faster
-    assert tuner.best_of([heuristic, noisy]) is heuristic  # faster median, overlapping p20/p80
+    assert tuning.best_of([heuristic, close, clear]) is clear
+    assert tuning.best_of([heuristic, close]) is heuristic  # under MIN_GAIN faster
+    assert tuning.best_of([heuristic, noisy]) is heuristic  # faster median, overlapping p20/p80
     failed = _timed(float("nan"), verdict="error")
-    assert tuner.best_of([failed, close]) is close
-    assert tuner.best_of([failed]) is None
+    assert tuning.best_of([failed, close]) is close
+    assert tuning.best_of([failed]) is None
 
 
 SCENARIO = """
@@ -191,17 +191,17 @@ def test_tune_writes_the_fastest_exact_plan_per_shape(tmp_path, capsys, monkeypa
     scenario, out = tmp_path / "tune.toml", tmp_path / "tuned" / "gpu.json"
     scenario.write_text(SCENARIO)
     written = []
-    monkeypatch.setattr(tuned, "replace_text", lambda p, text: written.append(p) or p.write_text(text))
+    monkeypatch.setattr(plan_table, "replace_text", lambda p, text: written.append(p) or p.write_text(text))
     assert cli.main(["tune", str(scenario), "--out", str(out)]) == cli.EXIT_OK
     assert written == [out, out.with_suffix(".csv")]  # both files replaced whole, after each shape
-    table = tuned.TunedTable.from_json(out.read_text())
+    table = plan_table.TunedTable.from_json(out.read_text())
     rows = pd.read_csv(out.with_suffix(".csv"), keep_default_na=False)
     assert len(table.entries) == 1 and table.path == "eager"
-    assert len(rows) == len(tuner.candidates(2, 4200, 3, plans.hardware(DEVICE), 2))
+    assert len(rows) == len(tuning.candidates(2, 4200, 3, plans.hardware(DEVICE), 2))
     assert rows["heuristic"].sum() == 1 and (rows["verdict"] == "pass").all()
     entry = table.entries[0]
     fastest, heuristic = rows.loc[rows["median_us"].idxmin()], rows[rows["heuristic"]].iloc[0]
-    clear = fastest["median_us"] < (1 - tuner.MIN_GAIN) * heuristic["median_us"]
+    clear = fastest["median_us"] < (1 - tuning.MIN_GAIN) * heuristic["median_us"]
     expected = fastest if clear and fastest["p80_us"] < heuristic["p20_us"] else heuristic
     assert (entry.best.kernel, entry.best.block, entry.best.num_warps, entry.best.prefetch) == (
         expected["kernel"],

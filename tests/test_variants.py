@@ -40,7 +40,7 @@ def test_accuracy_claims():
 def test_every_variant_matches_the_reference_on_misaligned_vocab(vocab, dtype, device):
     logits = inputs.make_logits("gaussian", 3, vocab, dtype, seed=vocab, device=device)
     for k in sorted({1, min(2, vocab), min(5, vocab)}):
-        ref = parity.reference(logits, k)
+        ref = parity.truth(logits, k)
         for name in runnable(device):
             variant = variants.get(name)
             p, idx = variant(logits, k)
@@ -87,7 +87,7 @@ def test_exact_variants_break_ties_by_lowest_index(dtype, device):
 
 def test_baselines_agree_with_the_reference_up_to_ties(device):
     logits = inputs.make_logits("ties", 6, 300, torch.float32, seed=5, device=device)
-    ref = parity.reference(logits, 7)
+    ref = parity.truth(logits, 7)
     for name in ("full_softmax", "argmax_ones"):
         p, idx = variants.get(name)(logits, 7)
         assert parity.check(variants.get(name).accuracy, p, idx, ref).idx_tie_ref == 1.0
@@ -107,7 +107,7 @@ def test_argmax_ones_keeps_the_token_and_loses_the_probability(device):
     p, idx = variants.get("argmax_ones")(logits, 1)
     assert torch.equal(idx, logits.argmax(-1, keepdim=True))
     assert bool((p == 1.0).all())
-    result = parity.check("inexact", p, idx, parity.reference(logits, 1))
+    result = parity.check("inexact", p, idx, parity.truth(logits, 1))
     assert result.verdict == "inexact" and result.p_relerr_ref > 1.0
 
 

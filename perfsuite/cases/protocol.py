@@ -7,7 +7,7 @@ case (out of memory is a skip, anything else an error), stamped; a broken case n
 
 A `PairedRunner` prepares cases without timing them, so `run_in_turn` can sample the cases of one shape
 in turn and give each its speedup as a ratio of samples taken in the same seconds (`timing.paired_ratio`).
-A group may bring a `Reference` (kernel cases: an exp of the case's logits, and a copy of them for the
+A group may bring a `InTurnReference` (kernel cases: an exp of the case's logits, and a copy of them for the
 in-turn copy rate), more samplers in the turn: each row gets their figures and the row's time over the
 first, round by round, so `perfsuite compare` can judge every variant, the baseline included, against a
 workload sampled in the same seconds.
@@ -66,7 +66,7 @@ def run_case(runner: CaseRunner[CaseT], case: CaseT) -> dict[str, object]:
 
 
 @dataclass
-class Timed:
+class ReadyCase:
     """A prepared case: the sampler that times it and how its samples become the row's figures."""
 
     sampler: timing.Sampler
@@ -76,8 +76,8 @@ class Timed:
 class PairedRunner(CaseRunner[CaseT], Protocol):
     """A case runner whose cases can be prepared now and timed later, in turn with others."""
 
-    def prepare_timed(self, case: CaseT) -> Timed:
-        """Prepare and check `case` (its parity and memory figures in `Timed.figures`), untimed."""
+    def prepare_timed(self, case: CaseT) -> ReadyCase:
+        """Prepare and check `case` (its parity and memory figures in `ReadyCase.figures`), untimed."""
         ...
 
 
@@ -89,7 +89,7 @@ the first of its workloads, the one rows are judged against."""
 
 
 @dataclass
-class Reference:
+class InTurnReference:
     """Fixed workloads sampled in turn with the cases of a group: their samplers (the first is the one a
     row is judged against), and the columns they give a row from (each workload's samples, the row's
     samples, the row's figures so far)."""
@@ -103,17 +103,17 @@ def run_in_turn(
     cases: Sequence[CaseT],
     settings: Timing,
     baseline: int | None = None,
-    reference: Callable[[], Reference | None] | None = None,
+    reference: Callable[[], InTurnReference | None] | None = None,
 ) -> list[dict[str, object]]:
-    """The rows of cases of one shape, sampled in turn (`timing.measure_in_turn`); `baseline`: the index of
-    the case the others' speedups are paired against; `reference`: makes the group's `Reference` once its
-    cases are prepared (None, or raising: the group goes without). The reference shares the group's time
-    budget (`measure_each`'s `budgeted`). A case that cannot run or breaks gets its row; if one breaks
-    while sampled, the others are timed alone (their speedups then come from medians, and no row gets the
-    reference)."""
+    """The rows of cases of one shape, sampled in turn (`timing.measure_in_turn`); `baseline`: the index
+    of the case the others' speedups are paired against; `reference`: makes the group's `InTurnReference`
+    once its cases are prepared (None, or raising: the group goes without). The reference shares the
+    group's time budget (`measure_each`'s `budgeted`). A case that cannot run or breaks gets its row; if
+    one breaks while sampled, the others are timed alone (their speedups then come from medians, and no
+    row gets the reference)."""
     rows = [runner.identify(case) for case in cases]
-    ready: dict[int, Timed] = {}
-    ref: Reference | None = None
+    ready: dict[int, ReadyCase] = {}
+    ref: InTurnReference | None = None
     since = machine.snapshot()
     try:
         for i, case in enumerate(cases):
@@ -168,7 +168,7 @@ def run_in_turn(
     return [{**row, **finished} for row in rows]
 
 
-def _reference(make: Callable[[], Reference | None] | None) -> Reference | None:
+def _reference(make: Callable[[], InTurnReference | None] | None) -> InTurnReference | None:
     """The group's reference, or None where there is none or it cannot be made (out of memory, ...)."""
     if make is None:
         return None

@@ -10,7 +10,7 @@ A case's change has two witnesses (`Witness`), each a new / base ratio with what
   run's agree on); confirmed by the rank test on the raw samples, the new ones divided by the drift first
   (a machine 10 % faster in the new run must not hide a variant 20 % slower);
 - the reference's, where both runs sampled the same in-turn reference with the case (`by_reference`; an
-  exp of the case's logits sampled in the same rounds, `cases.kernel.KernelCaseRunner.prepare_reference`,
+  exp of the case's logits sampled in the same rounds, `cases.kernel.KernelRunner.prepare_reference`,
   the row's `vs_ref`): `ref_judged_ratio`, new vs_ref / base vs_ref (`anchored_ratio`) less the run's
   median of it (`reference_bias`: a reference answering the load unlike the selectors moves every case
   alike); confirmed by the rank test on the per-round ratios (the case's sample over the reference's of

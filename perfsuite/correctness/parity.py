@@ -30,7 +30,7 @@ def tolerance(accuracy: Accuracy, dtype: torch.dtype) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
-class Reference:
+class Truth:
     """float64 truth for one logits tensor and k: canonical indices, probabilities, finite-row mask."""
 
     logits: torch.Tensor  # the input, kept to look up logits and probabilities at any index
@@ -47,9 +47,9 @@ class Reference:
     def logit_at(self, index: torch.Tensor) -> torch.Tensor:
         return self.logits.gather(-1, index)
 
-    def subset(self, rows: torch.Tensor) -> Reference:
+    def subset(self, rows: torch.Tensor) -> Truth:
         """The reference restricted to the rows selected by the bool mask `rows`."""
-        return Reference(
+        return Truth(
             self.logits[rows],
             self.row_max[rows],
             self.row_sum[rows],
@@ -70,7 +70,7 @@ def _prob_at(
     return torch.exp(logits.gather(-1, index).double() - row_max) / row_sum
 
 
-def reference(logits: torch.Tensor, k: int) -> Reference:
+def truth(logits: torch.Tensor, k: int) -> Truth:
     """float64 softmax and the canonical top-k (descending logit, lowest index first).
 
     Probabilities are `exp(x_i - m) / sum(exp(x - m))`, exact at any finite magnitude: adding `log(sum)` to
@@ -80,7 +80,7 @@ def reference(logits: torch.Tensor, k: int) -> Reference:
     row_max = x.amax(dim=-1, keepdim=True)
     row_sum = torch.exp(x - row_max).sum(dim=-1, keepdim=True)
     finite = defined_rows(logits)
-    return Reference(logits, row_max, row_sum, finite, index, _prob_at(logits, row_max, row_sum, index))
+    return Truth(logits, row_max, row_sum, finite, index, _prob_at(logits, row_max, row_sum, index))
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,7 @@ class Slots(NamedTuple):
     p_ok: torch.Tensor  # topk_p within the accuracy's tolerance of `truth`
 
 
-def slots(
-    accuracy: Accuracy, index: torch.Tensor, p: torch.Tensor, sub: Reference, dtype: torch.dtype
-) -> Slots:
+def slots(accuracy: Accuracy, index: torch.Tensor, p: torch.Tensor, sub: Truth, dtype: torch.dtype) -> Slots:
     """The slot-by-slot rule `check` and the conformance battery share: `index`, `p` of the finite rows,
     `sub` the reference of those rows, `dtype` the logits' (it sets the tolerance)."""
     tie = (index == sub.index) | (sub.logit_at(index) == sub.logit_at(sub.index))
@@ -142,7 +140,7 @@ def check(
     accuracy: Accuracy,
     topk_p: torch.Tensor,
     topk_index: torch.Tensor,
-    ref: Reference,
+    ref: Truth,
     baseline: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Parity:
     """Compare a selection with the reference (verdict) and with the baseline (agreement figures)."""

@@ -42,7 +42,7 @@ def record(key: tuple, aligned: bool) -> None:
 
 
 @dataclass(frozen=True)
-class Entry:
+class LoggedLaunch:
     """One recorded launch."""
 
     stage: str
@@ -50,7 +50,7 @@ class Entry:
     key: str  # key_text
 
 
-def read(path: Path) -> list[Entry]:
+def read(path: Path) -> list[LoggedLaunch]:
     """The launches recorded in `path`, in order (an empty list for a missing file)."""
     if not path.exists():
         return []
@@ -58,5 +58,5 @@ def read(path: Path) -> list[Entry]:
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             data = json.loads(line)
-            entries.append(Entry(data["stage"], bool(data["warmed"]), data["key"]))
+            entries.append(LoggedLaunch(data["stage"], bool(data["warmed"]), data["key"]))
     return entries

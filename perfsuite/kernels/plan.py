@@ -172,7 +172,7 @@ def choose(
     second launch and a small partial round trip. So: split while the batch leaves most SMs idle
     (B <= SPLIT_MAX_BATCH_FRACTION * SMs) and the row holds at least two chunks of SPLIT_MIN_CHUNK columns;
     fused otherwise. Without a GPU the crossover is a principled guess: `perfsuite tune` measures it on one
-    (`perfsuite.kernels.tuned`). `selection = "argmax"`: the same plan for the argmax kernels (k = 1).
+    (`perfsuite.kernels.plan_table`). `selection = "argmax"`: the same plan for the argmax kernels (k = 1).
     """
     if batch <= SPLIT_MAX_BATCH_FRACTION * hw.sms and vocab >= 2 * SPLIT_MIN_CHUNK:
         return split_plan(batch, vocab, k, hw, element_size).selecting(selection)

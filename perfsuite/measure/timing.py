@@ -14,7 +14,7 @@
 Figures are medians with p20/p80 over many samples, after warm-up. The variants of one shape are sampled
 in turn (A B C, B C A, ...), so each speedup is a median of ratios of samples taken in the same seconds of
 machine time (`paired_ratio`); a case whose samples spread wider than `UNSTABLE_SPREAD` is flagged. A
-group's in-turn reference (an exp and a copy of the logits, `cases.protocol.Reference`) is two more
+group's in-turn reference (an exp and a copy of the logits, `cases.protocol.InTurnReference`) is two more
 samplers in the turn that share the group's time budget (`budgeted`); the copy is sampled every few rounds
 (`Sampler.every`).
 """

@@ -413,9 +413,9 @@ def _marked(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
 
 def tuned_markdown(path: Path) -> str:
     """The tuned-plan table `perfsuite tune` wrote: per shape the best plan against the heuristic."""
-    from perfsuite.kernels import tuned
+    from perfsuite.kernels import plan_table
 
-    table = tuned.TunedTable.from_json(path.read_text())
+    table = plan_table.TunedTable.from_json(path.read_text())
     title = f"\n## Tuned plans ({table.device}, {table.path} path, `perfsuite tune`)\n"
     return title + to_markdown(pd.DataFrame(table.summary()))
 

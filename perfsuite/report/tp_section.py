@@ -19,7 +19,7 @@ import pandas as pd
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import Block, Note, Section, Table, figure_block, guarded_section
 from perfsuite.report.page import render_fragment, render_page
-from perfsuite.variants import tensor_parallel as tp_variants
+from perfsuite.variants import tensor_parallel
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -59,7 +59,7 @@ def tp_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Measured rows of tensor-parallel variants."""
     if "tp" not in frame or "variant" not in frame:
         return frame.iloc[0:0]
-    rows = frame[frame["variant"].isin(tp_variants.names()) & (frame["status"] == "ok")].copy()
+    rows = frame[frame["variant"].isin(tensor_parallel.names()) & (frame["status"] == "ok")].copy()
     for column in ("tp", "vocab", "batch", "topk", "median_us", "comm_bytes_model"):
         rows[column] = pd.to_numeric(rows[column], errors="coerce") if column in rows else float("nan")
     return rows
@@ -71,7 +71,7 @@ def comparison(rows: pd.DataFrame) -> pd.DataFrame:
     wide = rows.pivot_table(index=keys, columns="variant", values="median_us", aggfunc="median")
     comm = rows.pivot_table(index=keys, columns="variant", values="comm_bytes_model", aggfunc="first")
     out = pd.DataFrame(index=wide.index)
-    for name in tp_variants.names():
+    for name in tensor_parallel.names():
         if name in wide:
             out[f"{name} us"] = wide[name]
     gathered = [n for n in ALLGATHER if n in wide]
@@ -108,7 +108,7 @@ def figure(rows: pd.DataFrame, tp: int) -> go.Figure:
         shared_xaxes=True,
         subplot_titles=("time per call (us, max over ranks)", "interconnect bytes per rank (model)"),
     )
-    for i, name in enumerate(n for n in tp_variants.names() if n in set(part["variant"])):
+    for i, name in enumerate(n for n in tensor_parallel.names() if n in set(part["variant"])):
         mine = part[part["variant"] == name]
         x = list(mine.apply(_label, axis=1))
         fig.add_bar(

@@ -89,9 +89,9 @@ def above_copy(achieved: float, copy: float | None) -> bool:
 
 def accuracy_of(name: str) -> str:
     """The accuracy claim of a single-device or tensor-parallel variant ('' for an unknown name)."""
-    from perfsuite.variants import tensor_parallel as tp_variants
+    from perfsuite.variants import tensor_parallel
 
-    for registry in (tp_variants, variants):  # tensor-parallel first: `allgather_pkg.mod:fn` is one
+    for registry in (tensor_parallel, variants):  # tensor-parallel first: `allgather_pkg.mod:fn` is one
         try:
             return registry.get(name).accuracy
         except (KeyError, variants.ExternalSelectorError):

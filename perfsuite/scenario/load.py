@@ -121,17 +121,17 @@ class Scenario:
 
 def _all_variant_names() -> list[str]:
     """Single-device variants, then the tensor-parallel ones (perfsuite.cases.tensor_parallel)."""
-    from perfsuite.variants import tensor_parallel as tp_variants
+    from perfsuite.variants import tensor_parallel
 
-    return variants.names() + tp_variants.names()
+    return variants.names() + tensor_parallel.names()
 
 
 def _load_selector(name: str) -> object | None:
     """`allgather_<selector>` (perfsuite.cases.tensor_parallel) or an external selector; None: neither."""
-    from perfsuite.variants import tensor_parallel as tp_variants
+    from perfsuite.variants import tensor_parallel
 
-    if name.startswith(tp_variants.ALLGATHER_PREFIX):
-        return tp_variants.gathered(name)
+    if name.startswith(tensor_parallel.ALLGATHER_PREFIX):
+        return tensor_parallel.gathered(name)
     return variants.external.load(name)
 
 
@@ -338,8 +338,8 @@ def expand(scenario: Scenario) -> list[Case]:
 def with_compiled_baseline(case: Case) -> list[Case]:
     """The case, and before it the baseline on the same path and shape where the case is a single-device
     variant on the compile path (tensor-parallel cases run eagerly only, perfsuite.cases.tensor_parallel)."""
-    from perfsuite.variants import tensor_parallel as tp_variants
+    from perfsuite.variants import tensor_parallel
 
-    if case.path != "compile" or case.tp != 1 or tp_variants.is_tp_variant(case.variant):
+    if case.path != "compile" or case.tp != 1 or tensor_parallel.is_tp_variant(case.variant):
         return [case]
     return [dataclasses.replace(case, variant=variants.BASELINE), case]

@@ -12,7 +12,7 @@ call runs inside a range named `perfsuite.<variant>.<path>` (`record_function`, 
 CUDA, which ROCm maps to ROCTx), so its kernels are easy to find, and the kernel table keeps only what was
 launched inside it. When the case is timed cold, the cache is flushed before each call inside a range of
 its own, `perfsuite.cache_flush`, so a trace viewer shows the flush apart from the selection. Cases are
-prepared by `KernelCaseRunner.prepare`, so the profiled call is the measured one (eager, graph replay or
+prepared by `KernelRunner.prepare`, so the profiled call is the measured one (eager, graph replay or
 torch.compile), with the torch CPU threads of the scenario (`[timing] threads`, `--threads`) in effect.
 """
 
@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
-from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.cases.kernel.kernel_runner import KernelRunner
 from perfsuite.core import settings
 from perfsuite.core.console import first_line
 from perfsuite.measure import timing
@@ -303,9 +303,7 @@ def _case_columns(case: Case, info: DeviceInfo) -> dict[str, object]:
     return {**case_row(case, env), "run": run_name(case)}
 
 
-def profile_case(
-    runner: KernelCaseRunner, case: Case, out_dir: Path, calls: int
-) -> tuple[dict, pd.DataFrame]:
+def profile_case(runner: KernelRunner, case: Case, out_dir: Path, calls: int) -> tuple[dict, pd.DataFrame]:
     """Trace one case; its row for cases.csv and its kernel rows (empty when skipped or broken)."""
     row = _case_columns(case, runner.info)
     try:
@@ -364,7 +362,7 @@ def profile_scenario(
     tables of the cases profiled so far), with the scenario's torch CPU threads applied first."""
     settings.apply_threads(scenario.timing.threads)
     info = detect(scenario.device)
-    runner = KernelCaseRunner(info, {"device": info.name, "backend": info.backend})
+    runner = KernelRunner(info, {"device": info.name, "backend": info.backend})
     cases = select_cases(expand(scenario), only)
     if not cases:
         raise ScenarioError(f"{scenario.source}: no case matches {only!r} (`perfsuite list` shows them)")
@@ -445,7 +443,7 @@ def call_case(scenario: Scenario, case_id: str, *, calls: int = 1, roctx_region:
         raise ScenarioError(f"{scenario.source}: no case {case_id!r} (`perfsuite list` shows them)")
     case = cases[case_id]
     info = detect(scenario.device)
-    runner = KernelCaseRunner(info, {"device": info.name})
+    runner = KernelRunner(info, {"device": info.name})
     reason = runner.skip_reason(case)
     if reason:
         return reason

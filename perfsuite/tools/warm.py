@@ -6,7 +6,7 @@
 
 Triton compiles a kernel at its first launch with a new specialisation, in the launching process, one
 at a time: a cold stage waits on the compiler (about 1.8 s of CPU a kernel). This command takes the
-compile plan (`perfsuite.tools.compile_plan`) of what it is given: each SCENARIO's Triton sweep cases,
+compile plan (`perfsuite.tools.warm_keys`) of what it is given: each SCENARIO's Triton sweep cases,
 its edge-case matrix and its draft cases; with `--tune` or `--candidates SCENARIO`, every candidate plan
 `perfsuite tune` times for the shapes; with `--check`, the conformance battery's launches on those
 selectors (its --quick, --case and --dtype). It keeps one launch per specialisation
@@ -48,12 +48,12 @@ from perfsuite.core.dtypes import dtype_of
 from perfsuite.kernels import launch_log
 from perfsuite.kernels import plan as plans
 from perfsuite.scenario.load import Case, Scenario
-from perfsuite.tools import compile_plan
+from perfsuite.tools import warm_keys
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 
-Warmup = compile_plan.Warmup
-plan_functions = compile_plan.plan_functions
+Warmup = warm_keys.Warmup
+plan_functions = warm_keys.plan_functions
 
 
 def warm_units(cases: Iterable[Case], hw: plans.Hardware, tune: bool = False) -> tuple[list[Warmup], int]:
@@ -61,9 +61,9 @@ def warm_units(cases: Iterable[Case], hw: plans.Hardware, tune: bool = False) ->
     every candidate plan `perfsuite tune` times for their shapes, first), the scans before the merges;
     and how many launches that covers."""
     cases = list(cases)
-    sources = [compile_plan.candidate_units(cases, hw)] if tune else []
-    sources.append(compile_plan.sweep_units(cases, hw))
-    return compile_plan.distinct(*sources), sum(len(s) for s in sources)
+    sources = [warm_keys.candidate_units(cases, hw)] if tune else []
+    sources.append(warm_keys.sweep_units(cases, hw))
+    return warm_keys.distinct(*sources), sum(len(s) for s in sources)
 
 
 def scenario_units(scenario: Scenario, hw: plans.Hardware, tune: bool = False) -> list[list[Warmup]]:
@@ -72,10 +72,10 @@ def scenario_units(scenario: Scenario, hw: plans.Hardware, tune: bool = False) -
     from perfsuite.scenario.load import expand
 
     cases = expand(scenario)
-    sources = [compile_plan.candidate_units(cases, hw)] if tune else []
-    sources.append(compile_plan.sweep_units(cases, hw))
-    sources.append(compile_plan.edge_matrix_units(scenario, hw))
-    sources.append(compile_plan.draft_units(scenario, hw))
+    sources = [warm_keys.candidate_units(cases, hw)] if tune else []
+    sources.append(warm_keys.sweep_units(cases, hw))
+    sources.append(warm_keys.edge_matrix_units(scenario, hw))
+    sources.append(warm_keys.draft_units(scenario, hw))
     return sources
 
 
@@ -264,18 +264,18 @@ def run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace, device: torch.device) -> tuple[list[Warmup], int]:
     """The distinct units of everything asked for (candidates, scenarios, battery, in that order), those
     listed in `--keys` left out; and the launches they cover."""
-    from perfsuite.correctness.conformance.battery import dtype_of as battery_dtype
+    from perfsuite.correctness.conformance.battery import battery_dtype
     from perfsuite.scenario.load import load
 
     hw = plans.hardware(device)
-    sources = [compile_plan.candidate_units(_cases(load(path)), hw) for path in args.candidates]
+    sources = [warm_keys.candidate_units(_cases(load(path)), hw) for path in args.candidates]
     for path in args.scenario:
         sources += scenario_units(load(path), hw, tune=args.tune)
     if args.check:
         dtypes = [battery_dtype(name) for name in args.dtype] or None
         options = {"cases": args.case or None, "dtypes": dtypes, "quick": args.quick}
-        sources.append(compile_plan.battery_units(args.check, hw, device, **options))
-    units = compile_plan.distinct(*sources)
+        sources.append(warm_keys.battery_units(args.check, hw, device, **options))
+    units = warm_keys.distinct(*sources)
     warmed = _warmed_keys(args.keys)
     return [u for u in units if launch_log.key_text(u.key) not in warmed], sum(len(s) for s in sources)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.kernels import availability, tuned, untimed
+from perfsuite.kernels import availability, plan_table, untimed
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, Variant, swept
 from perfsuite.variants.cache import sweep
@@ -32,13 +32,13 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
     """The plan `select` launches for a shape on `hw`: the tuned argmax plan, else the heuristic's."""
-    return tuned.best_plan(batch, vocab, 1, dtype, hw, SELECTION)
+    return plan_table.best_plan(batch, vocab, 1, dtype, hw, SELECTION)
 
 
 def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
     """The plan, and where it came from: the device's tuned argmax entries or the heuristic."""
     hw = plans.hardware()
-    source = "tuned" if tuned.is_tuned(hw.name, SELECTION) else "heuristic"
+    source = "tuned" if plan_table.is_tuned(hw.name, SELECTION) else "heuristic"
     return f"{plan_for(batch, vocab, k, dtype, hw).describe()} ({source})"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.kernels import availability, tuned, untimed
+from perfsuite.kernels import availability, plan_table, untimed
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, Variant, ideal_traffic
 from perfsuite.variants.triton_split import split_traffic
@@ -12,7 +12,7 @@ from perfsuite.variants.triton_split import split_traffic
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The device's tuned plan for the nearest tuned shape where `perfsuite tune` has measured this GPU
-    (`perfsuite.kernels.tuned`); else `plans.choose` by batch, vocabulary, k and the device's SMs: split
+    (`perfsuite.kernels.plan_table`); else `plans.choose` by batch, vocabulary, k and the device's SMs: split
     while the batch leaves most SMs idle and the row is long enough to split, fused otherwise.
 
     Results (indices exactly, probabilities within fp32 rounding) and non-finite semantics are those of
@@ -27,13 +27,13 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
     """The plan `select` launches for a shape on `hw` (`perfsuite.tools.warm` compiles it ahead)."""
-    return tuned.best_plan(batch, vocab, k, dtype, hw)
+    return plan_table.best_plan(batch, vocab, k, dtype, hw)
 
 
 def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
     """The plan, and where it came from: the device's tuned table or the heuristic."""
     hw = plans.hardware()
-    source = "tuned" if tuned.table_for(hw.name) else "heuristic"
+    source = "tuned" if plan_table.table_for(hw.name) else "heuristic"
     return f"{plan_for(batch, vocab, k, dtype, hw).describe()} ({source})"
 
 

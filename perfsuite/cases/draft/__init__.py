@@ -9,11 +9,11 @@ parity where the engine consumes `topk_p`: draft tokens, parent lists and tree s
 
 from __future__ import annotations
 
-from perfsuite.cases.draft.draft_cases import DraftRunner, run_draft
+from perfsuite.cases.draft.draft_runner import DraftRunner, run_draft
+from perfsuite.cases.draft.draft_table import DraftCase, DraftSweep, draft_sweeps, expand_draft, parse_draft
 from perfsuite.cases.draft.graph import DraftGraph, GraphCache, timing_unroll
 from perfsuite.cases.draft.head import HEAD_LOGITS, DraftHead, HeadConfig, inputs_for
 from perfsuite.cases.draft.loop import DraftLoop, DraftTree, LoopConfig, constant_select, reference_select
-from perfsuite.cases.draft.spec import DraftCase, DraftSweep, draft_sweeps, expand_draft, parse_draft
 
 __all__ = [
     "HEAD_LOGITS",

@@ -14,7 +14,7 @@ from perfsuite.measure.device import DeviceInfo
 from perfsuite.measure.timing import Samples
 from perfsuite.results import rows
 from perfsuite.scenario.load import Case
-from perfsuite.variants import tensor_parallel as tp_variants
+from perfsuite.variants import tensor_parallel
 from perfsuite.variants.base import ideal_traffic
 
 
@@ -30,7 +30,7 @@ def not_run(row: dict[str, object], status: str, reason: str) -> dict[str, objec
 
 def models(case: Case) -> dict[str, int]:
     """hbm_bytes_model and comm_bytes_model of a TP case (per rank)."""
-    variant, dtype = tp_variants.get(case.variant), dtypes.dtype_of(case.dtype)
+    variant, dtype = tensor_parallel.get(case.variant), dtypes.dtype_of(case.dtype)
     shape = (case.batch, case.vocab, case.topk, dtype, case.tp)
     return {"hbm_bytes_model": variant.traffic(*shape).total, "comm_bytes_model": variant.comm_bytes(*shape)}
 
@@ -39,7 +39,7 @@ def figures(
     case: Case, samples: Samples, peak_temp: int, info: DeviceInfo, copy_gbps: object
 ) -> dict[str, object]:
     """Time, bytes and bandwidth columns of a measured TP case (bytes per rank; times max over ranks)."""
-    variant, dtype = tp_variants.get(case.variant), dtypes.dtype_of(case.dtype)
+    variant, dtype = tensor_parallel.get(case.variant), dtypes.dtype_of(case.dtype)
     shape = (case.batch, case.vocab, case.topk, dtype, case.tp)
     traffic = variant.traffic(*shape)
     ideal = ideal_traffic(case.batch, -(-case.vocab // case.tp), case.topk, dtype)

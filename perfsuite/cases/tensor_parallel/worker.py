@@ -1,5 +1,5 @@
 """The tensor-parallel worker, one per rank under torchrun: every rank runs each case
-(`runner.TPCaseRunner`); rank 0 writes one row per case.
+(`runner.TensorParallelRunner`); rank 0 writes one row per case.
 
     torchrun --nproc-per-node N -m perfsuite.cases.tensor_parallel SCENARIO --tp N --out FILE.jsonl
 
@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from perfsuite.cases.tensor_parallel import tp_cases
-from perfsuite.cases.tensor_parallel.tp_cases import TPCaseRunner
+from perfsuite.cases.tensor_parallel import tp_runner
+from perfsuite.cases.tensor_parallel.tp_runner import TensorParallelRunner
 from perfsuite.core import settings
 from perfsuite.measure.device import detect
 from perfsuite.measure.environment import environment
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     """Worker entry point (under torchrun). 0: done (failing cases are error rows); 2: bad input."""
     args = parse_args(argv)
     try:
-        scenario = tp_cases.load(args.scenario)
+        scenario = tp_runner.load(args.scenario)
         ids = json.loads(Path(args.case_ids).read_text()) if args.case_ids else None
     except (ScenarioError, OSError, ValueError) as exc:
         print(f"perfsuite.cases.tensor_parallel: {exc}", file=sys.stderr)
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"perfsuite.cases.tensor_parallel: --tp {args.tp} but WORLD_SIZE is {g.size}", file=sys.stderr
             )
             return EXIT_USAGE
-        return _sweep(g, scenario.name, tp_cases.select(scenario, args.tp, ids), args)
+        return _sweep(g, scenario.name, tp_runner.select(scenario, args.tp, ids), args)
     finally:
         group.close()
 
@@ -69,7 +69,7 @@ def _sweep(g: Group, name: str, todo: list[Case], args: argparse.Namespace) -> i
     if g.rank == 0 and not env:
         env = environment(info, name)
     log = ResultsLog(Path(args.out)) if g.rank == 0 else None
-    runner = TPCaseRunner(g, info, env)
+    runner = TensorParallelRunner(g, info, env)
     for i, case in enumerate(todo, 1):
         row = runner.run(case)
         if log is not None:

@@ -54,25 +54,25 @@ has them first, then distinct masked tokens. fp8 logits are judged against their
 """
 
 from perfsuite.correctness.conformance.battery import (
+    battery_dtype,
     console,
     counts,
-    dtype_of,
     frame,
     gpu_available,
     rows,
     run,
 )
-from perfsuite.correctness.conformance.battery_cases import Case, catalogue, select
+from perfsuite.correctness.conformance.battery_patterns import Case, catalogue, select
 from perfsuite.correctness.conformance.judge import FINDINGS, Verdict, judge
 
 __all__ = [
     "FINDINGS",
     "Case",
     "Verdict",
+    "battery_dtype",
     "catalogue",
     "console",
     "counts",
-    "dtype_of",
     "frame",
     "gpu_available",
     "judge",

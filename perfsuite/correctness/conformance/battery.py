@@ -11,7 +11,7 @@ import torch
 from perfsuite import variants
 from perfsuite.core.dtypes import DTYPE_ALIASES, dtype_name
 from perfsuite.correctness import edge_cases
-from perfsuite.correctness.conformance import battery_cases as catalogue
+from perfsuite.correctness.conformance import battery_patterns as catalogue
 from perfsuite.correctness.conformance import consistency, graph_replay, interpreter, streams
 from perfsuite.correctness.conformance.judge import PASS, Verdict, failed, judge, skipped
 from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, dtype_names
@@ -30,7 +30,7 @@ ALL_CASES = "*"
 NEEDS_GPU = "graph capture needs a GPU (CUDA or HIP)"
 
 
-def dtype_of(name: str) -> torch.dtype:
+def battery_dtype(name: str) -> torch.dtype:
     """A logits dtype by name or alias (`bf16`, `float8_e4m3fn`); ValueError naming the known ones."""
     known = {dtype_name(d): d for d in DTYPES}
     dtype = known.get(DTYPE_ALIASES.get(name, name))

@@ -132,7 +132,7 @@ def judge(
     nan_found = _nan_rows(variant, host, k, topk_index)
     if nan_found:
         found.append(nan_found)
-    ref = parity.reference(host, k)
+    ref = parity.truth(host, k)
     rows = ref.finite.nonzero().flatten()  # undefined rows (NaN, +inf, all -inf): indices only, above
     if len(rows):
         sub = ref.subset(ref.finite)

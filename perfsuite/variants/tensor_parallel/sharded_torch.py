@@ -7,8 +7,8 @@ import torch
 from perfsuite import variants
 from perfsuite.variants.base import Traffic
 from perfsuite.variants.tensor_parallel import partials
-from perfsuite.variants.tensor_parallel.shard import padded_width
 from perfsuite.variants.tensor_parallel.tp_base import Local, TPVariant, partial_wire_bytes
+from perfsuite.variants.tensor_parallel.vocab_slice import padded_width
 
 LOCAL = variants.get("identity")
 

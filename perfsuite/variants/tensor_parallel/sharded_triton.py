@@ -8,8 +8,8 @@ from perfsuite.kernels import availability
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, ideal_traffic
 from perfsuite.variants.tensor_parallel import partials
-from perfsuite.variants.tensor_parallel.shard import padded_width
 from perfsuite.variants.tensor_parallel.tp_base import Local, TPVariant, partial_wire_bytes
+from perfsuite.variants.tensor_parallel.vocab_slice import padded_width
 
 
 def rank_plan(batch: int, vocab: int, k: int, tp: int, hw: plans.Hardware, element_size: int) -> plans.Plan:

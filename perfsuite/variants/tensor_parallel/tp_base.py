@@ -17,7 +17,7 @@ import torch
 
 from perfsuite.variants.base import Accuracy, Availability, Traffic, always_available, check_inputs
 from perfsuite.variants.tensor_parallel.group import Group
-from perfsuite.variants.tensor_parallel.shard import Shard
+from perfsuite.variants.tensor_parallel.vocab_slice import VocabSlice
 
 WIRE_BYTES = 4
 """Every number of a partial travels as 32 bits: fp32 max, sum and values, int32 global column."""
@@ -28,7 +28,7 @@ class Local:
     """What one rank holds: its `[B, padded_width]` slice of the logits, the shard and the group."""
 
     padded: torch.Tensor
-    shard: Shard
+    shard: VocabSlice
     group: Group
 
     @property

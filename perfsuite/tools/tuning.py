@@ -1,5 +1,5 @@
 """`perfsuite tune`: time every candidate launch plan of the Triton kernels on this GPU, per shape of a
-scenario, and keep the fastest exact one per shape as a tuned-plan table (`perfsuite.kernels.tuned`).
+scenario, and keep the fastest exact one per shape as a tuned-plan table (`perfsuite.kernels.plan_table`).
 
 Candidates: the heuristic plan; the fused kernel with 4, 8 or 16 warps and 16, 32 or 64 bytes per thread
 per tile, each with and without prefetching the next tile; and, for rows long enough to split, the split
@@ -23,11 +23,11 @@ import pandas as pd
 import torch
 
 from perfsuite import variants
-from perfsuite.cases.kernel import KernelCaseRunner
+from perfsuite.cases.kernel.kernel_runner import KernelRunner
 from perfsuite.core.dtypes import dtype_of
 from perfsuite.correctness import parity
 from perfsuite.kernels import plan as plans
-from perfsuite.kernels.tuned import Entry, Tunables, TunedTable
+from perfsuite.kernels.plan_table import Tunables, TunedShape, TunedTable
 from perfsuite.measure import execution, timing
 from perfsuite.measure.device import DeviceInfo
 from perfsuite.measure.environment import package_version
@@ -78,7 +78,7 @@ def candidates(
 
 
 @dataclass(frozen=True)
-class Timed:
+class TimedPlan:
     """One candidate on one shape: its launch, median time and parity verdict (or why it failed)."""
 
     tunables: Tunables
@@ -94,13 +94,13 @@ class Timed:
         return self.verdict == "pass" and not math.isnan(self.median_us)
 
 
-def time_candidate(case: Case, tunables: Tunables, inputs: KernelCaseRunner, hw: plans.Hardware) -> Timed:
+def time_candidate(case: Case, tunables: Tunables, inputs: KernelRunner, hw: plans.Hardware) -> TimedPlan:
     """Time one candidate plan on a case's logits, path and timing settings."""
     from perfsuite.kernels import topk_softmax
 
     logits = inputs.logits(case)
     plan = tunables.plan_for(case.batch, case.vocab, case.topk, hw, logits.element_size())
-    timed = Timed(tunables, plan)
+    timed = TimedPlan(tunables, plan)
     try:
         prepared = execution.prepare(
             case.path, lambda x, k: topk_softmax.run_plan(x, k, plan), logits, case.topk
@@ -120,7 +120,7 @@ def time_candidate(case: Case, tunables: Tunables, inputs: KernelCaseRunner, hw:
     return replace(timed, **figures, verdict="pass")
 
 
-def best_of(timed: list[Timed]) -> Timed | None:
+def best_of(timed: list[TimedPlan]) -> TimedPlan | None:
     """The fastest usable candidate if it beats the heuristic (`timed[0]`) by MIN_GAIN outside the noise,
     else the heuristic; None when no candidate is usable."""
     usable = [t for t in timed if t.usable]
@@ -171,13 +171,13 @@ class TuneOutcome:
 def tune(
     cases: Iterable[Case],
     info: DeviceInfo,
-    on_shape: Callable[[Case, list[Timed], TuneOutcome], None] | None = None,
+    on_shape: Callable[[Case, list[TimedPlan], TuneOutcome], None] | None = None,
 ) -> TuneOutcome:
     """Time the candidates of every shape of `cases` on `info`'s device. The outcome grows shape by shape
     and `on_shape` sees it after each (to write it as it goes: an interruption keeps the tuned shapes)."""
     hw = plans.hardware(info.device)
     env = {"copy_gbps": None}
-    inputs = KernelCaseRunner(info, env)
+    inputs = KernelRunner(info, env)
     shapes = shapes_of(cases)
     versions = {name: package_version(name) for name in ("torch", "triton")}
     path = ",".join(sorted({c.path for c in shapes}))
@@ -199,7 +199,7 @@ def tune(
         best = best_of(timed)
         if best is not None:
             times = {"median_us": best.median_us, "heuristic_us": timed[0].median_us}
-            entry = Entry(**shape, best=best.tunables, **times)
+            entry = TunedShape(**shape, best=best.tunables, **times)
             outcome.table = replace(outcome.table, entries=(*outcome.table.entries, entry))
         if on_shape:
             on_shape(case, timed, outcome)
@@ -208,7 +208,7 @@ def tune(
 
 def write_outcome(outcome: TuneOutcome, table: Path, csv: Path) -> None:
     """The table and every candidate's row, each file replaced whole (a kill mid-write keeps the old)."""
-    from perfsuite.kernels.tuned import replace_text, write_table
+    from perfsuite.kernels.plan_table import replace_text, write_table
 
     for path in (table, csv):
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ its tunables to the shape: a fused plan keeps its tile and warps, a split plan i
 device, or for a CPU, it is the heuristic `plan.choose`. The argmax kernels (`triton_argmax`) are tuned
 and looked up apart: their entries' tunables say `selection = "argmax"` (a table without it: the top-k's).
 
-Tables are read from `perfsuite/kernels/tuned/*.json` (committed ones) and from the files named in
+Tables are read from `perfsuite/kernels/plan_table/*.json` (committed ones) and from the files named in
 `PERFSUITE_PLANS` (os.pathsep-separated), the latter winning for the same device. They are written whole
 (`write_table`): a reader, or a `perfsuite tune` killed mid-write, never leaves a half-written table.
 """
@@ -68,7 +68,7 @@ class Tunables:
 
 
 @dataclass(frozen=True)
-class Entry:
+class TunedShape:
     """The fastest exact plan measured for one shape, and what the heuristic plan took there."""
 
     dtype: str
@@ -80,8 +80,8 @@ class Entry:
     heuristic_us: float
 
     @staticmethod
-    def from_dict(data: dict) -> Entry:
-        return Entry(**{**data, "best": Tunables(**data["best"])})
+    def from_dict(data: dict) -> TunedShape:
+        return TunedShape(**{**data, "best": Tunables(**data["best"])})
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class TunedTable:
     warp_size: int
     versions: dict[str, str] = field(default_factory=dict)
     path: str = ""  # the execution path the candidates were timed on (eager or graph)
-    entries: tuple[Entry, ...] = ()
+    entries: tuple[TunedShape, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "entries": [asdict(e) for e in self.entries]}, indent=1)
@@ -101,7 +101,7 @@ class TunedTable:
     @staticmethod
     def from_json(text: str) -> TunedTable:
         data = json.loads(text)
-        return TunedTable(**{**data, "entries": tuple(Entry.from_dict(e) for e in data["entries"])})
+        return TunedTable(**{**data, "entries": tuple(TunedShape.from_dict(e) for e in data["entries"])})
 
     def summary(self) -> list[dict[str, object]]:
         """One record per tuned shape: the best plan, its median and its speedup over the heuristic plan."""
@@ -175,13 +175,13 @@ def nearest(
     vocab: int,
     k: int,
     selection: plans.Selection = "topk",
-) -> Entry | None:
+) -> TunedShape | None:
     """The entry closest to the shape among those of the same element size and selection (None if there
     are none)."""
     size = dtype.itemsize
     same = [e for e in table.entries if dtype_of(e.dtype).itemsize == size and e.best.selection == selection]
 
-    def octaves(e: Entry) -> float:
+    def octaves(e: TunedShape) -> float:
         return sum(abs(math.log2(a / b)) for a, b in ((batch or 1, e.batch), (vocab, e.vocab), (k, e.k)))
 
     return min(same, key=octaves, default=None)

@@ -1,5 +1,5 @@
 """Kernel cases: one selector call on one device, timed, its traffic accounted for and its outputs
-checked for parity. `KernelCaseRunner` is what `perfsuite run`, `profile`, `call`, `tune` and the
+checked for parity. `KernelRunner` is what `perfsuite run`, `profile`, `call`, `tune` and the
 pytest-benchmark front end prepare and measure a kernel case with. Each group sampled in turn also samples
 a reference (`prepare_reference`: an exp of the case's logits, and a copy of them) whose figures every row
 carries."""
@@ -13,7 +13,7 @@ from typing import ClassVar
 import torch
 
 from perfsuite import variants
-from perfsuite.cases.protocol import Reference, Timed, run_case, run_in_turn
+from perfsuite.cases.protocol import InTurnReference, ReadyCase, run_case, run_in_turn
 from perfsuite.core import dtypes
 from perfsuite.correctness import parity
 from perfsuite.correctness.logits_shape import ShapeMemo
@@ -25,13 +25,13 @@ from perfsuite.scenario.load import Case
 
 
 @dataclass
-class KernelCaseRunner:
+class KernelRunner:
     """Runs cases on one device, keeping the current logits, reference and baseline between cases."""
 
     info: DeviceInfo
     env: dict[str, object]
     _logits: tuple[tuple, torch.Tensor] | None = None
-    _truth: tuple[tuple, parity.Reference, tuple[torch.Tensor, torch.Tensor]] | None = None
+    _truth: tuple[tuple, parity.Truth, tuple[torch.Tensor, torch.Tensor]] | None = None
     counters: Callable[[Case], dict[str, object]] | None = None  # measured bytes (`run --counters`)
     shapes: ShapeMemo = field(default_factory=ShapeMemo)  # the logits' distribution figures, per tensor
     device: torch.device = field(init=False)
@@ -63,13 +63,13 @@ class KernelCaseRunner:
             )
         return self._logits[1]
 
-    def truth(self, case: Case) -> tuple[parity.Reference, tuple[torch.Tensor, torch.Tensor]]:
+    def truth(self, case: Case) -> tuple[parity.Truth, tuple[torch.Tensor, torch.Tensor]]:
         """float64 reference and the eager full_softmax outputs for the case's logits and k."""
         key = (case.input_key, case.inputs, case.topk)
         if self._truth is None or self._truth[0] != key:
             logits = self.logits(case)
             baseline = variants.get(variants.BASELINE)(logits, case.topk)
-            self._truth = (key, parity.reference(logits, case.topk), baseline)
+            self._truth = (key, parity.truth(logits, case.topk), baseline)
         return self._truth[1], self._truth[2]
 
     def skip_reason(self, case: Case) -> str | None:
@@ -109,7 +109,7 @@ class KernelCaseRunner:
         make = (lambda: self.prepare_reference(cases[0])) if self.reference else None
         return run_in_turn(self, cases, cases[0].timing, baseline, make)
 
-    def prepare_reference(self, case: Case) -> Reference:
+    def prepare_reference(self, case: Case) -> InTurnReference:
         """The group's in-turn reference, two fixed workloads on the case's logits into a preallocated
         buffer, timed as the cases are (flushed before each sample when cold; on the graph path `unroll`
         calls captured in a graph, on the eager and compile paths called eagerly: nothing to compile):
@@ -140,7 +140,7 @@ class KernelCaseRunner:
         ) -> dict[str, object]:
             return reference_figures(refs[0], refs[1], own, figures, copy_bytes)
 
-        return Reference((exp, copy), row)
+        return InTurnReference((exp, copy), row)
 
     def identify(self, case: Case) -> dict[str, object]:
         return {**case_row(case, self.env), "launch": launch_of(case)}
@@ -162,7 +162,7 @@ class KernelCaseRunner:
         measured = prepared.body if prepared.graphed else prepared.run
         return prepared, check, memory.peak_temp_bytes(measured, self.info)
 
-    def prepare_timed(self, case: Case) -> Timed:
+    def prepare_timed(self, case: Case) -> ReadyCase:
         """Prepare and check the case, untimed: its sampler, and its figures from samples (with counters,
         also its measured HBM bytes)."""
         prepared, check, peak_temp = self.prepare(case)
@@ -175,7 +175,7 @@ class KernelCaseRunner:
                 out.update(self.counters(case))
             return out
 
-        return Timed(timing.sampler_for(prepared, self.info, case.timing), row)
+        return ReadyCase(timing.sampler_for(prepared, self.info, case.timing), row)
 
     def measure(self, case: Case) -> dict[str, object]:
         """Prepare, check and time the case alone."""

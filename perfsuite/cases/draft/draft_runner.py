@@ -19,6 +19,7 @@ from perfsuite import kernels, variants
 from perfsuite.cases.draft import consumer
 from perfsuite.cases.draft.clock import cycle_sampler, device_sampler
 from perfsuite.cases.draft.counting import count_kernels
+from perfsuite.cases.draft.draft_table import DraftCase, expand_draft, upcast_name
 from perfsuite.cases.draft.graph import GraphCache, graph_body, timing_unroll
 from perfsuite.cases.draft.head import DraftHead, HeadConfig, inputs_for
 from perfsuite.cases.draft.loop import (
@@ -31,7 +32,6 @@ from perfsuite.cases.draft.loop import (
     extend_index,
     reference_select,
 )
-from perfsuite.cases.draft.spec import DraftCase, expand_draft, upcast_name
 from perfsuite.cases.protocol import run_case
 from perfsuite.core import dtypes
 from perfsuite.core.console import progress_bar

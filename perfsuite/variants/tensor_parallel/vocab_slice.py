@@ -13,7 +13,7 @@ import torch
 
 
 @dataclass(frozen=True)
-class Shard:
+class VocabSlice:
     """Rank `rank` of `tp`: `width` real columns from global column `start`, in a `padded_width` slice."""
 
     rank: int
@@ -29,17 +29,17 @@ def padded_width(vocab: int, tp: int) -> int:
     return -(-vocab // tp)
 
 
-def shard_of(vocab: int, tp: int, rank: int) -> Shard:
+def vocab_slice(vocab: int, tp: int, rank: int) -> VocabSlice:
     """The columns rank `rank` holds when `vocab` columns are split over `tp` ranks."""
     if not 0 <= rank < tp:
         raise ValueError(f"rank {rank} outside [0, {tp})")
     padded = padded_width(vocab, tp)
     start = min(rank * padded, vocab)
     end = min(start + padded, vocab)
-    return Shard(rank, tp, vocab, start, end - start, padded)
+    return VocabSlice(rank, tp, vocab, start, end - start, padded)
 
 
-def local_slice(full: torch.Tensor, shard: Shard, row_pad: int = 0) -> torch.Tensor:
+def local_slice(full: torch.Tensor, shard: VocabSlice, row_pad: int = 0) -> torch.Tensor:
     """The rank's `[B, padded_width]` slice of `full` `[B, V]`, in a buffer `row_pad` columns wider.
 
     Columns past `shard.width` (vocabulary padding and `row_pad`) hold the dtype's largest value, so a

@@ -66,9 +66,9 @@ def plan_functions() -> dict[str, PlanFor]:
 
 def selection_of(name: str) -> plans.Selection:
     """What the Triton variant `name` selects ("argmax" or "topk"; "topk" for any other variant)."""
-    from perfsuite.tools import tuner
+    from perfsuite.tools import tuning
 
-    return tuner.variant_selection(name)
+    return tuning.variant_selection(name)
 
 
 def plan_units(
@@ -131,16 +131,16 @@ def sweep_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
 
 def candidate_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
     """Every candidate plan `perfsuite tune` times for the shapes of the Triton cases of `cases`."""
-    from perfsuite.tools import tuner
+    from perfsuite.tools import tuning
 
     cases = [c for c in cases if c.variant in plan_functions() and c.batch > 0]
     found: list[Warmup] = []
-    for case in tuner.shapes_of(cases):
+    for case in tuning.shapes_of(cases):
         dtype, pad = dtype_of(case.dtype), case.inputs.row_pad
-        selection = tuner.selection_of(case)
+        selection = tuning.selection_of(case)
         argmax = " argmax" if selection == "argmax" else ""
         source = f"tune V{case.vocab} B{case.batch} k{case.topk}{argmax}"
-        for tunables in tuner.candidates(case.batch, case.vocab, case.topk, hw, dtype.itemsize, selection):
+        for tunables in tuning.candidates(case.batch, case.vocab, case.topk, hw, dtype.itemsize, selection):
             plan = tunables.plan_for(case.batch, case.vocab, case.topk, hw, dtype.itemsize)
             where = f"{source}, {tunables.describe()}"
             found += plan_units(where, dtype, case.batch, case.vocab, case.topk, plan, case.vocab + pad, 0)
@@ -168,7 +168,7 @@ def edge_matrix_units(scenario: Scenario, hw: plans.Hardware) -> list[Warmup]:
 def draft_units(scenario: Scenario, hw: plans.Hardware) -> list[Warmup]:
     """The selections of a scenario's draft cases: the extend on `[B, V]`, the decode steps (and the
     draft runner's output-reuse probe) on `[B * k, V]`; fp32 logits when upcast, else the head's dtype."""
-    from perfsuite.cases.draft.spec import expand_draft
+    from perfsuite.cases.draft.draft_table import expand_draft
 
     plan_for = plan_functions()
     found: list[Warmup] = []
@@ -197,7 +197,7 @@ def battery_units(
     offsets), for every dtype the selector claims and every k of the case, and for a `batch_check` case
     its other batches (`consistency.other_batches`: the rows reversed, row 0 alone)."""
     from perfsuite.correctness.conformance import battery, consistency
-    from perfsuite.correctness.conformance import battery_cases as catalogue
+    from perfsuite.correctness.conformance import battery_patterns as catalogue
 
     plan_for = plan_functions()
     names = [n for n in selectors if n in plan_for and not variants.get(n).available(device)]

@@ -1,6 +1,6 @@
 """The kernel case kind (`core.kinds`): one selector call on one device, from the scenario's `[[sweep]]`
 tables. Its cases run a shape at a time, the variants of one shape and path sampled in turn
-(`KernelCaseRunner.run_in_turn`), so each one's speedup pairs with the baseline's samples of the same
+(`KernelRunner.run_in_turn`), so each one's speedup pairs with the baseline's samples of the same
 seconds."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pandas as pd
 
-from perfsuite.cases.kernel import KernelCaseRunner
-from perfsuite.cases.tensor_parallel.tp_cases import is_tensor_parallel
-from perfsuite.cases.tensor_parallel.tp_cases import rows as tensor_parallel_rows
+from perfsuite.cases.kernel.kernel_runner import KernelRunner
+from perfsuite.cases.tensor_parallel.tp_runner import is_tensor_parallel
+from perfsuite.cases.tensor_parallel.tp_runner import rows as tensor_parallel_rows
 from perfsuite.core.console import progress_bar
 from perfsuite.core.kinds import KindRun
 from perfsuite.scenario.load import Case, Scenario, expand
@@ -37,7 +37,7 @@ def same_shape(cases: list[Case]) -> list[list[Case]]:
 
 def run(cases: list[Case], context: KindRun) -> Iterator[dict[str, object]]:
     """The rows of `cases`, a shape at a time, each group's rows as the group finishes."""
-    runner = KernelCaseRunner(context.info, context.env, counters=context.counters)
+    runner = KernelRunner(context.info, context.env, counters=context.counters)
     for group in progress_bar(same_shape(cases), context.progress, unit="shape"):
         yield from runner.run_in_turn(group)
 

@@ -1,5 +1,5 @@
 """Tensor-parallel cases, run on every rank of a process group: `select` picks a scenario's cases of one tp
-size, and `TPCaseRunner.run(case)` gives the row (on rank 0) of one case.
+size, and `TensorParallelRunner.run(case)` gives the row (on rank 0) of one case.
 
 Each rank builds the same full logits from the seed (so its parity is checked against the full float64
 reference) and keeps its vocabulary slice. Per case: a skip decision all ranks share; one call whose
@@ -29,11 +29,11 @@ from perfsuite.results.rows import CaseFailed, is_out_of_memory, one_line
 from perfsuite.scenario import inputs
 from perfsuite.scenario import load as scenarios
 from perfsuite.scenario.load import Case, Scenario
-from perfsuite.variants import tensor_parallel as tp_variants
+from perfsuite.variants import tensor_parallel
 from perfsuite.variants.base import unclaimed_k
 from perfsuite.variants.tensor_parallel import Local
 from perfsuite.variants.tensor_parallel.group import Group
-from perfsuite.variants.tensor_parallel.shard import local_slice, shard_of
+from perfsuite.variants.tensor_parallel.vocab_slice import local_slice, vocab_slice
 
 T = TypeVar("T")
 VERDICT_RANK = {"fail": 3, "inexact": 2, "pass": 1, "n/a": 0}
@@ -44,12 +44,12 @@ class Truth:
     """One rank's inputs for a case: its slice, the float64 reference and the single-device baseline."""
 
     local: Local
-    ref: parity.Reference
+    ref: parity.Truth
     baseline: tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
-class TPCaseRunner:
+class TensorParallelRunner:
     """Runs tensor-parallel cases on this rank; `run` returns the row (meaningful on rank 0)."""
 
     group: Group
@@ -75,14 +75,14 @@ class TPCaseRunner:
 
     def rank_skip_reason(self, case: Case) -> str | None:
         """Why this rank cannot run `case`, decided before anything is allocated."""
-        if not tp_variants.is_tp_variant(case.variant):
-            known = ", ".join(tp_variants.names())
+        if not tensor_parallel.is_tp_variant(case.variant):
+            known = ", ".join(tensor_parallel.names())
             return f"{case.variant} is not a tensor-parallel variant (tp={case.tp}); use one of: {known}"
         if case.path != "eager":
             return f"tensor-parallel variants run eagerly; path {case.path!r} is not measured"
         if case.topk > case.vocab:
             return f"topk {case.topk} > vocab {case.vocab}"
-        variant = tp_variants.get(case.variant)
+        variant = tensor_parallel.get(case.variant)
         reason = unclaimed_k(variant.max_k, case.topk) or variant.available(self.group.device)
         if reason:
             return reason
@@ -98,7 +98,7 @@ class TPCaseRunner:
         """Prepare, check and time the case on every rank; a phase that fails on any rank raises
         `CaseFailed` on all of them."""
         truth = self._agreed(lambda: self.prepare(case))
-        variant = tp_variants.get(case.variant)
+        variant = tensor_parallel.get(case.variant)
         outputs = self._agreed(lambda: variant(truth.local, case.topk))
         check = self._agreed(lambda: parity.check(variant.accuracy, *outputs, truth.ref, truth.baseline))
         call = lambda: variant(truth.local, case.topk)  # noqa: E731
@@ -134,10 +134,10 @@ class TPCaseRunner:
         if self._truth is None or self._truth[0] != key:
             self._truth = None
             full = self.full_logits(case)
-            shard = shard_of(case.vocab, self.group.size, self.group.rank)
+            shard = vocab_slice(case.vocab, self.group.size, self.group.rank)
             local = Local(local_slice(full, shard, case.inputs.row_pad), shard, self.group)
             baseline = variants.get(variants.BASELINE)(full, case.topk)
-            self._truth = (key, Truth(local, parity.reference(full, case.topk), baseline))
+            self._truth = (key, Truth(local, parity.truth(full, case.topk), baseline))
         return self._truth[1]
 
     def _agreed(self, phase: Callable[[], T]) -> T:
@@ -189,7 +189,7 @@ def select(scenario: Scenario, tp: int, case_ids: Iterable[str] | None = None) -
 
 def is_tensor_parallel(case: Case) -> bool:
     """Cases that run under torchrun: tp > 1, or a tensor-parallel variant."""
-    return case.tp > 1 or tp_variants.is_tp_variant(case.variant)
+    return case.tp > 1 or tensor_parallel.is_tp_variant(case.variant)
 
 
 def tp_cases(scenario: Scenario) -> list[Case]:
@@ -206,4 +206,4 @@ def unit(case: Case) -> tuple:
 def rows(frame: pd.DataFrame) -> pd.Series:
     """Which rows of results.jsonl are tensor-parallel rows: tp > 1 or a tensor-parallel variant."""
     tp = pd.to_numeric(frame["tp"], errors="coerce").fillna(1) if "tp" in frame else 1
-    return (tp > 1) | frame["variant"].isin(tp_variants.names())
+    return (tp > 1) | frame["variant"].isin(tensor_parallel.names())
