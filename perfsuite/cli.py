@@ -23,6 +23,7 @@ import importlib
 import os
 import sys
 import tempfile
+import textwrap
 import traceback
 from collections.abc import Sequence
 from datetime import datetime
@@ -31,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite import variants
+from perfsuite.core import kinds
 from perfsuite.core.console import first_line, interruptible, number_at_least
 from perfsuite.scenario.load import SWEEP_CHECKS, Scenario, ScenarioError, expand, load
 
@@ -121,14 +123,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     except RunRefused as exc:
         raise UsageError(str(exc)) from None
-    frame = outcome.frame
+    frame = outcome.run.frame
     table = console_table(frame)
     if table:
         print(table)
     print(f"{len(frame)} cases: {_status_counts(frame)}")
-    for kind, rows in outcome.other_kinds():  # draft cases, and any other kind's own table
-        if len(rows):
-            print(f"{len(rows)} {kind.replace('_', ' ')} cases: {_status_counts(rows)}")
+    for kind in kinds.KINDS[1:]:  # tensor-parallel and draft cases, and any other kind's
+        rows = outcome.run.rows(kind)
+        if len(rows) and kind.table_file != kinds.KINDS[0].table_file:
+            print(f"{len(rows)} {kind.name.replace('_', ' ')} cases: {_status_counts(rows)}")
     for name, path in outcome.files.items():
         print(f"  {name:10s} {path}")
     for note in outcome.notes:
@@ -185,7 +188,7 @@ def _status_counts(rows: pd.DataFrame) -> str:
 
 
 def _print_counters(frame: pd.DataFrame) -> None:
-    from perfsuite.results.schema import FLAG_TOLERANCE, flagged
+    from perfsuite.results.columns import FLAG_TOLERANCE, flagged
 
     measured = frame[frame["bytes_measured"].notna()]
     if measured.empty:
@@ -237,9 +240,27 @@ def _cmd_call(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _compare_help() -> str:
+    from perfsuite.compare.rule import DECISION_TABLE
+
+    before = (
+        "Match the cases of BASE and NEW (variant, path, dtype, vocab, batch, topk, logits, l2, tp, device) "
+        "and judge each case's time by one witness: where both runs sampled the same in-turn reference, its "
+        "time over the reference's round by round; otherwise its own samples (samples.jsonl beside a run's "
+        "results). Each case gets the first row that holds:"
+    )
+    after = (
+        "Apart from the table, a parity verdict that got worse (pass < inexact < fail) or a case that ran in "
+        "the base and errors now fails too. Exit 1 on a slower case or such a check, 0 otherwise, 2 on "
+        "unreadable input or no case in common. Inputs: results.csv/.json/.jsonl, a run folder, a sharded "
+        "run's folder or pytest-benchmark JSON."
+    )
+    return f"{textwrap.fill(before, 100)}\n\n{DECISION_TABLE}\n\n{textwrap.fill(after, 100)}"
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from perfsuite.compare.match import compare, load_side, parse_threshold, text_table
-    from perfsuite.report.compare_page import build_compare_page
+    from perfsuite.compare.match import compare, load_side, parse_threshold
+    from perfsuite.report.compare_page import build_compare_page, text_table
 
     try:
         threshold = parse_threshold(args.fail_on)
@@ -271,47 +292,21 @@ def result_keys(args: argparse.Namespace) -> list[str]:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from perfsuite.core import kinds
-    from perfsuite.report import build_report, load_many
+    from perfsuite.report import build_report
     from perfsuite.results import sweep_shards
-    from perfsuite.results.read import load_samples, read_table, run_notes
+    from perfsuite.results.run import load_run
 
-    first = Path(args.results[0])
-    run_dir = first if first.is_dir() else first.parent
-    edge_path = args.edge_cases or _sibling(run_dir / "edge_cases.csv", len(args.results))
     try:
-        merged = sweep_shards.load(args.results)
-        if merged is not None:  # the shards of one run (`run --shard`), as one run
-            frame, samples, notes = merged.frame, merged.samples, merged.notes
-            tables = merged.tables
-            edges = pd.read_csv(args.edge_cases) if args.edge_cases else merged.edge_cases
-            run_dir = merged.folders[0].parent
-        else:
-            frame = load_many([Path(p) for p in args.results])
-            samples, notes = load_samples(args.results), run_notes(args.results)
-            edges = pd.read_csv(edge_path) if edge_path else None
-            # the other case kinds' tables beside a single run's results (draft.csv)
-            tables = {
-                name: read_table(path)
-                for name in kinds.table_files()[1:]
-                if (path := _sibling(run_dir / name, len(args.results)))
-            }
-        if args.draft:
-            tables = {**tables, "draft.csv": read_table(args.draft)}
+        run = load_run(args.results, edge_cases=args.edge_cases, draft=args.draft)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    out = Path(args.out) if args.out else run_dir / "report.html"
-    report = build_report(
-        frame, out, edge_cases=edges, tables=tables, title=args.title, notes=notes, samples=samples
-    )
-    print(report)
+    first = Path(args.results[0])
+    folder = first if first.is_dir() else first.parent
+    if sweep_shards.is_shard(folder):  # a shard given alone or with its siblings: beside them
+        folder = folder.parent
+    print(build_report(run, Path(args.out) if args.out else folder / "report.html", title=args.title))
     _print_caveats()
     return EXIT_OK
-
-
-def _sibling(path: Path, n_results: int) -> Path | None:
-    """A run's companion file (edge cases, draft rows), picked up when one run is being re-reported."""
-    return path if n_results == 1 and path.exists() else None
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
@@ -514,30 +509,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "compare",
         help="compare two results files case by case; exit 1 on a regression",
-        description="Match the cases of BASE and NEW (variant, path, dtype, vocab, batch, topk, logits, l2 "
-        "and device) and compare their median times. A case's change has two witnesses: its new/base median "
-        "less the machine's drift between the runs (what the in-turn reference's shift and the whole run's "
-        "agree on), and, where both runs sampled the in-turn reference with it, its time over the "
-        "reference's of the same rounds (vs ref). A witness past 1 + FAIL_ON counts only when the case is "
-        "stable in both runs (an unstable case, p20-p80 spread above 25 % of its median, is noisy) and, "
-        "where both runs left raw samples (samples.jsonl beside the results), a two-sided Mann-Whitney U "
-        "test gives p < 0.01 (on the raw samples; for vs ref, on the per-round ratios to the reference); "
-        "without samples, or too few for the test, its new p20 must be above the base p80. Either witness "
-        "may confirm a change, which must also lie beyond 4x its variant's run-to-run noise (the robust "
-        "spread of its log ratios, taken against full_softmax of its shape, over the variant's cases in this "
-        "comparison; the change as all its estimates agree on it), or its whole variant must have moved past "
-        "FAIL_ON less the machine's drift: of two opposite confirmed changes this backs at most one. "
-        "Otherwise it is noisy; faster mirrors slower. A parity "
-        "verdict that got worse (pass < inexact < fail) or a case that now errors also regresses. The "
-        "summary gives the median new/base ratio over all cases and the reference's own shift (the "
-        "machine's drift). Exit 1 on any regression, 0 otherwise, 2 on unreadable input or no case in "
-        "common. Inputs: results.csv/.json/.jsonl, a run folder or pytest-benchmark JSON (samples are read "
-        "beside a run's files).",
+        description=_compare_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     s.add_argument("base", help="results of the reference run")
     s.add_argument("new", help="results of the run to judge")
     s.add_argument("--fail-on", default="5%", help="time regression threshold: 5%%, 5 or 0.05 (default 5%%)")
-    s.add_argument("--out", help="write an HTML page (table and a plot of the ratios)")
+    s.add_argument("--out", help="write an HTML page (table and a plot of the shifts)")
     s.add_argument("--csv", help="write the matched table as CSV")
     s.add_argument("--ignore-device", action="store_true", help="match cases across device names")
     s.add_argument(

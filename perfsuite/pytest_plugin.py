@@ -1,24 +1,7 @@
-"""pytest plugin: an engine repository runs perfsuite's conformance battery on its own selector in its CI,
-and times the selector through pytest-benchmark. Installed with perfsuite (entry point `pytest11`); it
-does nothing until asked, and imports torch only when it is.
-
-From the command line, one test item per battery row (case, dtype, k):
-
-    pytest --perfsuite-selector my_engine.sampling:greedy [--perfsuite-quick] [--perfsuite-device cuda]
-
-In a test file, the same items as a parametrized test, or the whole table at once:
-
-    from perfsuite.pytest_plugin import battery_test
-    test_greedy_conforms = battery_test("my_engine.sampling:greedy", quick=True)
-
-    def test_greedy(perfsuite_check):
-        perfsuite_check("my_engine.sampling:greedy", cases=["vocab_*"])  # fails listing the FAIL rows
-
-and the selector timed on one shape with pytest-benchmark's `benchmark` fixture:
-
-    def test_greedy_speed(perfsuite_benchmark):
-        perfsuite_benchmark("my_engine.sampling:greedy", batch=64, vocab=151936, k=1, dtype="bfloat16")
-"""
+"""pytest plugin (entry point `pytest11`): an engine's CI runs perfsuite's conformance battery on its own
+selector (`pytest --perfsuite-selector SPEC`: one test item per battery row; `battery_test`; the
+`perfsuite_check` fixture) and times the selector with pytest-benchmark (the `perfsuite_benchmark`
+fixture); docs/selectors.md shows each. It does nothing until asked, and imports torch only when it is."""
 
 from __future__ import annotations
 
@@ -28,18 +11,15 @@ from typing import Any
 import pytest
 
 SELECTOR_OPTION = "--perfsuite-selector"
+SELECTOR_HELP = (
+    "run the conformance battery on this selector (package.module:function, an entry point or a built-in "
+    "variant): one test per case, dtype and k (repeat for several)"
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfsuite", "perfsuite conformance battery")
-    group.addoption(
-        SELECTOR_OPTION,
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="run the conformance battery on this selector (package.module:function, an entry point or a "
-        "built-in variant): one test per case, dtype and k (repeat for several)",
-    )
+    group.addoption(SELECTOR_OPTION, action="append", default=[], metavar="SPEC", help=SELECTOR_HELP)
     group.addoption("--perfsuite-quick", action="store_true", help="the battery's quick subset")
     group.addoption("--perfsuite-device", default="auto", help="device for the battery (default: auto)")
     group.addoption(
@@ -47,39 +27,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _device(spec: str):
-    from perfsuite.measure.device import resolve_device
-
-    return resolve_device(spec)
-
-
 class BatteryFailure(AssertionError):
     """A selector failed battery rows; the message lists them."""
-
-
-def failures_text(table: Any) -> str:
-    """The FAIL rows of a battery table, one line each."""
-    bad = table[table["verdict"] == "FAIL"]
-    lines = [f"{len(bad)} of {len(table)} battery rows failed:"]
-    for r in bad.itertuples():
-        lines.append(f"  {r.selector} {r.case} {r.dtype} k={r.k}: {r.detail}")
-    return "\n".join(lines)
-
-
-def assert_conforms(table: Any) -> None:
-    """Raise `BatteryFailure` listing the failing rows of a battery table (skips are fine)."""
-    if (table["verdict"] == "FAIL").any():
-        raise BatteryFailure(failures_text(table))
 
 
 def check(spec: str, device: str = "auto", **options: Any) -> Any:
     """The battery's table for `spec` (`conformance.rows`' options: cases, dtypes, quick)."""
     from perfsuite.correctness import conformance
+    from perfsuite.measure.device import resolve_device
 
-    return conformance.frame(conformance.rows(spec, _device(device), **options))
-
-
-# ---------------------------------------------------------------- items from the command line
+    return conformance.frame(conformance.rows(spec, resolve_device(device), **options))
 
 
 def row_id(row: dict) -> str:
@@ -118,46 +75,31 @@ class BatteryItem(pytest.Item):
 
 
 class BatteryCollector(pytest.Collector):
-    """The battery of one selector: it runs when collected (the rows are judged once) and yields an item
-    per row, named `case-dtype-k`."""
-
-    def __init__(self, *, spec: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.spec = spec
+    """One selector's battery, `perfsuite-check[SPEC]`: the parent of its items."""
 
     def collect(self) -> Iterable[BatteryItem]:
-        from perfsuite.correctness import conformance
-
-        config = self.config
-        rows = conformance.rows(
-            self.spec,
-            _device(config.getoption("--perfsuite-device")),
-            cases=config.getoption("--perfsuite-case") or None,
-            quick=config.getoption("--perfsuite-quick"),
-        )
-        for row in rows:
-            yield BatteryItem.from_parent(self, name=row_id(row), row=row)
+        return []  # made by `pytest_collection_modifyitems`, which judges the rows once
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     specs = config.getoption(SELECTOR_OPTION)
     if not specs:
-        return
+        return  # not asked: nothing imported (torch included)
     from perfsuite import variants
     from perfsuite.correctness import conformance
 
+    cases = config.getoption("--perfsuite-case") or None
+    options = {"cases": cases, "quick": config.getoption("--perfsuite-quick")}
     for spec in specs:
         try:
             variants.get(spec)
-            conformance.select(config.getoption("--perfsuite-case") or None)
+            conformance.select(cases)
         except (KeyError, ValueError) as exc:  # ExternalSelectorError is a ValueError
             raise pytest.UsageError(f"{SELECTOR_OPTION} {spec}: {exc.args[0]}") from None
-        collector = BatteryCollector.from_parent(session, name=f"perfsuite-check[{spec}]", spec=spec)
-        items.extend(collector.collect())
-
-
-# ---------------------------------------------------------------- in test files
+        parent = BatteryCollector.from_parent(session, name=f"perfsuite-check[{spec}]")
+        for row in check(spec, config.getoption("--perfsuite-device"), **options).to_dict("records"):
+            items.append(BatteryItem.from_parent(parent, name=row_id(row), row=row))
 
 
 def battery_test(spec: str, device: str = "auto", **options: Any) -> Callable[..., None]:
@@ -179,7 +121,10 @@ def perfsuite_check() -> Callable[..., Any]:
 
     def run(spec: str, device: str = "auto", **options: Any) -> Any:
         table = check(spec, device, **options)
-        assert_conforms(table)
+        bad = table[table["verdict"] == "FAIL"]
+        if len(bad):
+            lines = [f"  {r.selector} {r.case} {r.dtype} k={r.k}: {r.detail}" for r in bad.itertuples()]
+            raise BatteryFailure("\n".join([f"{len(bad)} of {len(table)} battery rows failed:", *lines]))
         return table
 
     return run
@@ -192,21 +137,15 @@ def perfsuite_benchmark(benchmark: Any) -> Callable[..., Any]:
     after one checked call; returns the selector's last outputs."""
 
     def run(
-        spec: str,
-        *,
-        batch: int,
-        vocab: int,
-        k: int,
-        dtype: str = "bfloat16",
-        device: str = "auto",
+        spec: str, *, batch: int, vocab: int, k: int, dtype: str = "bfloat16", device: str = "auto",
         logits: str = "gaussian",
-    ) -> Any:
+    ) -> Any:  # fmt: skip
         from perfsuite import variants
         from perfsuite.core import dtypes
-        from perfsuite.measure.device import synchronize
+        from perfsuite.measure.device import resolve_device, synchronize
         from perfsuite.scenario import inputs
 
-        where = _device(device)
+        where = resolve_device(device)
         variant = variants.get(spec)
         x = inputs.make_logits(logits, batch, vocab, dtypes.dtype_of(dtype), seed=0, device=where)
         variant(x, k)  # compiles, allocates preallocated outputs; a wrong return raises here

@@ -22,41 +22,29 @@ from perfsuite.correctness import edge_cases
 from perfsuite.measure.device import DeviceInfo, detect
 from perfsuite.measure.environment import environment, gpu_state
 from perfsuite.results import run_dir, sweep_shards
-from perfsuite.results.schema import add_speedups
+from perfsuite.results.columns import FORMAT_COLUMN, FORMAT_VERSION, add_speedups
+from perfsuite.results.read import read_manifest
+from perfsuite.results.run import Run, load_run
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 from perfsuite.scenario.load import Scenario
 
 
 @dataclass
 class RunOutcome:
-    """What a run left behind."""
+    """What a run left behind: the run as read back from its folder, the files, and its warnings."""
 
-    frame: pd.DataFrame  # results.csv: the kernel and tensor-parallel rows
-    tables: dict[str, pd.DataFrame]  # the other kinds' tables, by file name (draft.csv)
+    run: Run
     out_dir: Path
     files: dict[str, Path]
     interrupted: bool
     notes: list[str] = field(default_factory=list)  # warnings for the console and the report's top
 
     @property
-    def draft(self) -> pd.DataFrame:
-        """The draft-loop rows (draft.csv; empty without draft cases)."""
-        return self.tables.get(kinds.get("draft").table_file, pd.DataFrame())
-
-    def other_kinds(self) -> list[tuple[str, pd.DataFrame]]:
-        """(kind name, rows) of the kinds with a table of their own, in run order."""
-        return [
-            (kind.name, self.tables[kind.table_file])
-            for kind in kinds.KINDS
-            if kind.table_file in self.tables
-        ]
-
-    @property
     def parity_failures(self) -> pd.DataFrame:
-        """Rows whose parity verdict is "fail": an index the reference ranks lower (any variant, argmax
-        and indices-only selectors included) or an exact variant's probability off."""
-        f = self.frame
-        return f[f["verdict"] == "fail"]
+        """Rows whose parity verdict is "fail": an index the float64 truth ranks lower or an exact
+        variant's probability off."""
+        frame = self.run.frame
+        return frame[frame["verdict"] == "fail"]
 
 
 def run_scenario(
@@ -101,7 +89,7 @@ def _run(
     info = detect(scenario.device)
     settings = run_dir.settings_of(scenario, info.name)
     key = run_dir.fingerprint(settings)
-    earlier = run_dir.read_manifest(out_dir)
+    earlier = read_manifest(out_dir, check=False)
     if resume:
         run_dir.check_resume_shard(out_dir, earlier, shard)
     notes: list[str] = []
@@ -122,12 +110,14 @@ def _run(
         "settings": settings,
         "scenario_file": scenario.source,
         "started": (earlier or {}).get("started") if resume else utc_now(),
-        "machine": {k: env[k] for k in ("cpu_model", "cores", "cpu_quota", "governor", "threads")},
+        "constants": {**env, FORMAT_COLUMN: FORMAT_VERSION},  # the run columns (columns.RUN_COLUMNS)
         "start": {"load_avg": usage.load_start, "gpu": gpu_state(info)},
     }
     if shard is not None:
         manifest["shard"] = {"index": shard.index, "count": shard.count}
     run_dir.write_manifest(out_dir, manifest)
+    for name in kinds.logs():  # the kinds' rows leave the run's columns to run.json
+        logs[name].constants = manifest["constants"]
     chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
     units = {kind.name: kind.part("unit") for kind in kinds.KINDS}  # a shard takes whole units
     mine = sweep_shards.select(every, lambda pair: (pair[0].name, units[pair[0].name](pair[1])), shard)
@@ -184,13 +174,16 @@ def _open_logs(
     if resume:
         kept = [_resumable(log, notes) for log in logs]
         row_logs = [rows for name, rows in zip(run_dir.logs(), kept, strict=True) if name in kinds.logs()]
-        logged = {str(row.get("settings") or "") for rows in row_logs for row in rows}
+        run_settings = ((earlier or {}).get("constants") or {}).get("settings")  # rows leave it to run.json
+        logged = {str(row.get("settings") or run_settings or "") for rows in row_logs for row in rows}
         run_dir.check_resume(out_dir, earlier, settings, logged)
     else:
         moved = run_dir.put_aside(out_dir)
         if moved:
             _note(notes, f"{out_dir} held an earlier run: its files moved to {moved}")
         kept = [[] for _ in logs]
+    if not (earlier or {}).get("constants"):  # rows of a format before 4 state theirs; format 1 none
+        kept = [[{FORMAT_COLUMN: 1, **row} for row in rows] for rows in kept]
     for log, rows in zip(logs, kept, strict=True):
         log.rewrite(rows)
     return logs, kept
@@ -237,25 +230,20 @@ def finish(
     report last: every table is on disk before anything imports it)."""
     primary, *others = kinds.logs()
     log = logs[primary]
-    frame = add_speedups(to_frame(log.read()), only_missing=True)
+    frame = add_speedups(to_frame(log.read(), run=False), only_missing=True)
     csv_path, json_path = write_tables(frame, out_dir)
     files = {"jsonl": log.path, "csv": csv_path, "json": json_path}
     samples = logs[run_dir.SAMPLES_LOG].path
     if samples.exists() and samples.stat().st_size:
         files["samples"] = samples
-    tables: dict[str, pd.DataFrame] = {}
     for name in others:
         (kind,) = kinds.sharing(name)
-        table = pd.DataFrame(logs[name].read())
+        rows = logs[name].read()
         path = out_dir / kind.table_file
         path.unlink(missing_ok=True)  # only this run's rows, never an older file
-        if len(table):
-            columns = list(kind.columns_dict())
-            table = table.reindex(columns=[*columns, *(c for c in table if c not in columns)])
+        if rows:
             files[kind.name] = path
-            table.to_csv(path, index=False)
-        tables[kind.table_file] = table
-    edges = None
+            to_frame(rows, kind.table_file, run=False).to_csv(path, index=False)
     (out_dir / "edge_cases.csv").unlink(missing_ok=True)
     from perfsuite.variants.tensor_parallel import is_tp_variant
 
@@ -267,16 +255,12 @@ def finish(
         files["edge_cases"] = out_dir / "edge_cases.csv"
         edges.to_csv(files["edge_cases"], index=False)
     from perfsuite.report import build_report
-    from perfsuite.results.read import load_samples
 
+    run = load_run([out_dir], shards=False)
     files["html"] = build_report(
-        frame,
+        run,
         out_dir / "report.html",
-        edge_cases=edges,
-        tables=tables,
         environment={**{k: str(v) for k, v in env.items()}, "source": scenario.source},
         title=f"perfsuite: {scenario.name} on {info.name}",
-        notes=notes,
-        samples=load_samples(out_dir),
     )
-    return RunOutcome(frame, tables, out_dir, files, interrupted, notes)
+    return RunOutcome(run, out_dir, files, interrupted, notes)

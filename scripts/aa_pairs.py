@@ -1,22 +1,28 @@
-"""A/A pairs of one scenario from the same commit, with one core kept busy (issue 24's measurement).
+"""A/A pairs of one scenario from the same commit, with one core kept busy: how `perfsuite compare` judges
+unchanged code, and a full_softmax made slower on purpose (issues 24 and 31's measurement).
 
-    .venv/bin/python scripts/aa_pairs.py --pairs 10                     # ten A/A pairs of quick.toml
-    .venv/bin/python scripts/aa_pairs.py --pairs 3 --slow-full-softmax 1.2  # new runs: full_softmax 1.2x
-    .venv/bin/python scripts/aa_pairs.py --pairs 2 --cost               # sweep time, reference or not
+    .venv/bin/python scripts/aa_pairs.py --pairs 10 --out reports/aa                  # ten A/A pairs
+    .venv/bin/python scripts/aa_pairs.py --pairs 4 --slow-full-softmax 1.2 1.1 1.05 --out reports/slowed
+    .venv/bin/python scripts/aa_pairs.py --judge reports/aa --old-code /tmp/old       # re-judge saved pairs
+    .venv/bin/python scripts/aa_pairs.py --pairs 2 --cost                             # the reference's cost
 
-Each pair: two `perfsuite run SCENARIO` into fresh folders, then `perfsuite compare A B --fail-on 5%`; per
-pair it prints the exit code, how many cases were "slower" (and how many of them full_softmax), the
-median absolute new/base ratio over all timed cases and the reference's own new/base (the machine's drift).
+Each pair: two `perfsuite run SCENARIO` into OUT/pairN-a and OUT/pairN-b, kept (OUT/pairs.json lists them
+with the new run's slow-down factor), then `perfsuite compare A B --fail-on 5% --csv OUT/pairN.csv`. Per
+pair it prints the exit code, the cases slower and faster (full_softmax's among them), for a slowed pair
+the share of full_softmax's stable cases (stable in both runs' results) called slower, and compare's drift
+line; then a summary per factor. `--old-code DIR` judges the same runs with the code at DIR as well (a
+checkout of another commit: `python -m perfsuite compare` run there, OUT/pairN-old.csv), so two rules are
+measured on the same runs. `--judge OUT` only re-judges the pairs saved in OUT.
+
 A background busy loop (`python -c "while True: pass"`, started here and killed by its pid at the end)
 keeps one core busy unless `--no-busy`.
 
-`--slow-full-softmax F`: the second run of each pair is made by this script's harness with full_softmax's
-timed call F times slower in its code path: the harness wraps the call `execution.prepare` binds for
-full_softmax so that after each call it spins for (F - 1) x the call's own duration (on the
-clock the sampler reads: the thread's CPU time at one thread). Nothing of it ships
-in perfsuite (no setting, no environment variable): it lives in this script, and holds only where the
-call is timed on the host (a CPU run; on a GPU the call is asynchronous). It reports the share of
-full_softmax's stable cases (stable in both runs) called slower.
+`--slow-full-softmax F ...`: the second run of each pair is made by this script's harness with
+full_softmax's timed call F times slower in its code path: the harness wraps the call `execution.prepare`
+binds for full_softmax so that after each call it spins for (F - 1) x the call's own duration (on the clock
+the sampler reads: the thread's CPU time at one thread). Nothing of it ships in perfsuite (no setting, no
+environment variable): it lives in this script, and holds only where the call is timed on the host (a CPU
+run; on a GPU the call is asynchronous). `--pairs` pairs are run for each factor.
 
 `--cost`: runs the scenario with and without the in-turn reference (the harness sets
 `KernelRunner.reference = False`), alternating, and prints each run's wall and CPU time.
@@ -26,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
+import os
 import resource
 import statistics
 import subprocess
@@ -92,7 +100,8 @@ def perfsuite_run(scenario: str, out: Path, only: str | None, *harness: str) -> 
     if only:
         command += ["--only", only]
     start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's perfsuite
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):  # 1: a parity failure, still a run to compare
         sys.exit(f"run into {out} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -100,38 +109,42 @@ def perfsuite_run(scenario: str, out: Path, only: str | None, *harness: str) -> 
     return time.perf_counter() - start, cpu
 
 
-def compare(base: Path, new: Path, fail_on: str, table: Path) -> tuple[int, str]:
-    """`perfsuite compare BASE NEW --fail-on X --csv TABLE`: its exit code and its drift line."""
-    command = [sys.executable, "-m", "perfsuite", "compare", str(base), str(new), "--fail-on", fail_on]
-    done = subprocess.run([*command, "--csv", str(table)], cwd=ROOT, capture_output=True, text=True)
-    if done.returncode == 2:
-        sys.exit(f"compare failed:\n{done.stderr[-2000:]}")
-    drift = next((line for line in done.stdout.splitlines() if line.startswith("all ")), "")
-    return done.returncode, drift
+def compare(base: Path, new: Path, fail_on: str, table: Path, code: Path = ROOT) -> tuple[int, str]:
+    """`perfsuite compare BASE NEW --fail-on X --csv TABLE` with the code at `code` (run there, so that its
+    package is the one imported): its exit code and its drift line."""
+    paths = [str(p.resolve()) for p in (base, new)]
+    command = [sys.executable, "-m", "perfsuite", "compare", *paths, "--fail-on", fail_on]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    done = subprocess.run(
+        [*command, "--csv", str(table.resolve())], cwd=code, env=env, capture_output=True, text=True
+    )
+    if done.returncode not in (0, 1):
+        sys.exit(f"compare failed ({code}):\n{done.stderr[-2000:]}")
+    drift = [line for line in done.stdout.splitlines() if line.startswith(("drift:", "all "))]
+    return done.returncode, drift[0] if drift else ""
 
 
-def figures(table: Path) -> dict[str, float]:
-    """From a compare table: slower cases (all, full_softmax), full_softmax's stable cases, the drifts."""
+def stable(run: Path) -> set[str]:
+    """The case ids a run's results mark stable (its `unstable` column False)."""
+    with (run / "results.csv").open(encoding="utf-8") as f:
+        return {r["case_id"] for r in csv.DictReader(f) if r.get("unstable") in ("False", "false", "0")}
+
+
+def figures(table: Path, base: Path, new: Path) -> dict[str, int]:
+    """From a compare table (this rule's or another's: both have `variant`, `base_case_id` and `outcome`)
+    and the pair's runs: cases, slower and faster ones, full_softmax's slower, stable and stable slower."""
     with table.open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    timed = [r for r in rows if r["base_status"] == "ok" and r["new_status"] == "ok" and r["ratio"]]
-    full = [r for r in timed if r["variant"] == "full_softmax"]
-    stable = [r for r in full if r["base_unstable"] == "False" and r["new_unstable"] == "False"]
-    refs = [float(r["ref_ratio"]) for r in timed if r.get("by_reference") == "True" and r["ref_ratio"]]
-    slower = [r for r in rows if r["outcome"] == "slower"]
+    full = [r for r in rows if r["variant"] == "full_softmax"]
+    both = stable(base) & stable(new)
+    full_stable = [r for r in full if r["base_case_id"] in both]
     return {
         "cases": len(rows),
-        "slower": len(slower),
+        "slower": sum(r["outcome"] == "slower" for r in rows),
         "faster": sum(r["outcome"] == "faster" for r in rows),
         "full_slower": sum(r["outcome"] == "slower" for r in full),
-        "full_stable": len(stable),
-        "full_stable_slower": sum(r["outcome"] == "slower" for r in stable),
-        **{
-            f"by {by}": sum(r.get("confirmed_by") == by for r in slower)
-            for by in ("run", "reference", "run and reference")
-        },
-        "drift": statistics.median(float(r["ratio"]) for r in timed) if timed else float("nan"),
-        "ref_drift": statistics.median(refs) if refs else float("nan"),
+        "full_stable": len(full_stable),
+        "full_stable_slower": sum(r["outcome"] == "slower" for r in full_stable),
     }
 
 
@@ -146,52 +159,87 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--pairs", type=int, default=10, help="pairs to run (for each factor)")
     parser.add_argument("--scenario", default="scenarios/quick.toml")
     parser.add_argument("--only", help="a glob on case ids (perfsuite run --only)")
     parser.add_argument("--fail-on", default="5%")
-    parser.add_argument("--slow-full-softmax", type=float, default=1.0, metavar="F")
+    parser.add_argument("--slow-full-softmax", type=float, nargs="+", default=[1.0], metavar="F")
+    parser.add_argument("--old-code", type=Path, help="judge each pair with the code at this folder too")
+    parser.add_argument("--judge", type=Path, metavar="OUT", help="only re-judge the pairs saved in OUT")
     parser.add_argument("--cost", action="store_true", help="sweep time with and without the reference")
     parser.add_argument("--no-busy", action="store_true", help="no background busy loop")
-    parser.add_argument("--out", type=Path, help="folder for the runs (default: a temporary one)")
+    parser.add_argument("--out", type=Path, help="folder for the runs (default: a new temporary one)")
     args = parser.parse_args()
+    rules = {"new": ROOT, **({"old": args.old_code.resolve()} if args.old_code else {})}
+    if args.judge:
+        saved = json.loads((args.judge / "pairs.json").read_text(encoding="utf-8"))
+        return summary([judge(args.judge, pair, args.fail_on, rules) for pair in saved], rules)
     out = args.out or Path(tempfile.mkdtemp(prefix="aa_pairs_"))
+    out.mkdir(parents=True, exist_ok=True)
     busy = None if args.no_busy else busy_loop()
     try:
-        if args.cost:
-            return cost(args, out)
-        return pairs(args, out)
+        return cost(args, out) if args.cost else run_pairs(args, out, rules)
     finally:
         if busy is not None:
             busy.kill()  # only the loop this script started, by its pid
             busy.wait()
 
 
-def pairs(args: argparse.Namespace, out: Path) -> int:
-    """The A/A (or A/slowed-A) pairs, one line each, then a summary."""
-    slow = args.slow_full_softmax
-    exits, flagged, stable = [], 0, 0
-    print(f"runs in {out}; busy loop: {'no' if args.no_busy else 'one core'}; new runs' full_softmax x{slow}")
-    for i in range(1, args.pairs + 1):
-        base, new = out / f"pair{i}-a", out / f"pair{i}-b"
-        perfsuite_run(args.scenario, base, args.only)
-        perfsuite_run(args.scenario, new, args.only, *(["--slow", str(slow)] if slow != 1.0 else []))
-        code, drift = compare(base, new, args.fail_on, out / f"pair{i}.csv")
-        got = figures(out / f"pair{i}.csv")
-        exits.append(code)
-        flagged, stable = flagged + got["full_stable_slower"], stable + got["full_stable"]
-        by = ", ".join(f"{key} {got[key]}" for key in got if key.startswith("by ") and got[key])
-        print(
-            f"pair {i}: exit {code}, {got['slower']} of {got['cases']} slower "
-            f"({got['full_slower']} full_softmax{'; confirmed ' + by if by else ''}), {got['faster']} "
-            f"faster; drift: all cases {got['drift']:.3f}x, reference {got['ref_drift']:.3f}x; "
-            f"full_softmax stable cases slower {got['full_stable_slower']} of {got['full_stable']}"
-        )
+def run_pairs(args: argparse.Namespace, out: Path, rules: dict[str, Path]) -> int:
+    """`--pairs` pairs for each factor, each judged as soon as it is run and added to OUT/pairs.json."""
+    listed = out / "pairs.json"
+    saved = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
+    print(f"runs in {out}; busy loop: {'no' if args.no_busy else 'one core'}")
+    judged = []
+    for factor in args.slow_full_softmax:
+        for _ in range(args.pairs):
+            pair = {"name": f"pair{len(saved) + 1}", "slow": factor}
+            perfsuite_run(args.scenario, out / f"{pair['name']}-a", args.only)
+            harness = ["--slow", str(factor)] if factor != 1.0 else []
+            perfsuite_run(args.scenario, out / f"{pair['name']}-b", args.only, *harness)
+            saved.append(pair)
+            listed.write_text(json.dumps(saved, indent=1), encoding="utf-8")
+            judged.append(judge(out, pair, args.fail_on, rules))
+    return summary(judged, rules)
+
+
+def judge(out: Path, pair: dict, fail_on: str, rules: dict[str, Path]) -> dict:
+    """One saved pair judged by each rule, one line each."""
+    name, factor = pair["name"], pair["slow"]
+    base, new = out / f"{name}-a", out / f"{name}-b"
+    result = {"slow": factor}
+    for rule, code in rules.items():
+        table = out / f"{name}{'' if rule == 'new' else '-' + rule}.csv"
+        code_exit, drift = compare(base, new, fail_on, table, code)
+        got = {"exit": code_exit, **figures(table, base, new)}
+        result[rule] = got
+        flagged = f"; full_softmax stable cases slower {got['full_stable_slower']} of {got['full_stable']}"
+        counts = f"{got['slower']} of {got['cases']} slower ({got['full_slower']} full_softmax)"
+        tail = f", {got['faster']} faster{flagged if factor != 1 else ''}"
+        print(f"{name} (full_softmax x{factor:g}) {rule} rule: exit {code_exit}, {counts}{tail}")
         print(f"  {drift}")
-    print(f"exits: {exits} ({sum(c == 0 for c in exits)} of {len(exits)} exit 0)")
-    if slow != 1.0:
-        share = 100 * flagged / stable if stable else float("nan")
-        print(f"full_softmax x{slow}: {flagged} of {stable} stable cases flagged slower ({share:.0f} %)")
+    return result
+
+
+def summary(judged: list[dict], rules: dict[str, Path]) -> int:
+    """Per rule and factor: the exit codes, the cases slower and faster, full_softmax's stable share."""
+    for factor in sorted({j["slow"] for j in judged}):
+        pairs = [j for j in judged if j["slow"] == factor]
+        for rule in rules:
+            got = [p[rule] for p in pairs]
+            exits = [g["exit"] for g in got]
+            slower, full, faster = (sum(g[k] for g in got) for k in ("slower", "full_slower", "faster"))
+            line = (
+                f"x{factor:g}, {rule} rule, {len(pairs)} pairs: exits {exits} ({exits.count(0)} exit 0); "
+                f"{slower} slower ({full} full_softmax), {faster} faster"
+            )
+            if factor != 1.0:
+                flagged, stable_cases = (
+                    sum(g[k] for g in got) for k in ("full_stable_slower", "full_stable")
+                )
+                share = 100 * flagged / stable_cases if stable_cases else float("nan")
+                line += f"; full_softmax's stable cases slower: {flagged} of {stable_cases} ({share:.0f} %)"
+            print(line)
     return 0
 
 

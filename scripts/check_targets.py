@@ -54,7 +54,7 @@ def outcomes(base: Path, new: Path) -> dict[str, int]:
     """`perfsuite compare --fail-on 5%` of two runs: cases per outcome."""
     result = compare(load_side(base / "results.csv"), load_side(new / "results.csv"), THRESHOLD)
     counts = result.counts()
-    counts["timed"] = int(result.table["outcome"].ne("not timed").sum())
+    counts["timed"] = int(result.table["outcome"].ne("not comparable").sum())
     return counts
 
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if "slowdown" in todo:
         slowed_run(args.scenario, out / "slowed")
         result = compare(load_side(out / "idle-a" / "results.csv"), load_side(out / "slowed" / "results.csv"))
-        table = result.table[result.table["outcome"] != "not timed"]
+        table = result.table[result.table["outcome"] != "not comparable"]
         mine = table[(table["variant"] == SLOWED) & (table["path"] == "eager")]
         others = table[table["variant"] != SLOWED]
         flagged, missed = mine["outcome"].eq("slower"), mine["outcome"].isin(["same", "faster"])

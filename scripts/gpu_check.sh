@@ -268,7 +268,7 @@ stage_summary() {
   [ -f "$WORK/tune/tuned.json" ] && tuned=(--tuned "$WORK/tune/tuned.json")
   mkdir -p "$WORK/summary"
   limited "$PY" -m perfsuite summary "$WORK/sweep/results.csv" "${tuned[@]}" \
-    --out "$WORK/summary/summary.md"
+    --out "$WORK/summary/summary.md" --csv "$WORK/summary/results.csv"
 }
 
 stage_draft() {
@@ -478,7 +478,9 @@ pack() {
   [ -n "$STAGE_PID" ] && wait "$STAGE_PID" 2>/dev/null
   wait_stopped
   [ "$INTERRUPTED" = 1 ] && STATUS=130
-  take "$WORK/sweep/results.csv" results.csv
+  # the sweep's rows with the run's columns (device, versions; run.json) on every row, else as written
+  if [ -s "$WORK/summary/results.csv" ]; then take "$WORK/summary/results.csv" results.csv
+  else take "$WORK/sweep/results.csv" results.csv; fi
   take "$WORK/sweep/report.html" report.html
   take "$WORK/tune/tuned.json" tuned.json
   take "$WORK/tune/tune.csv" tune.csv

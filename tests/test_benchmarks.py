@@ -15,8 +15,9 @@ import pytest
 from support import HAS_GPU
 
 from perfsuite import cli, kernels, simulated_gpu
-from perfsuite.report import build_report, load_results
+from perfsuite.report import build_report
 from perfsuite.results import run_dir
+from perfsuite.results.run import Run, load_run
 from perfsuite.scenario.load import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,9 +113,9 @@ def test_benchmarks_record_the_samplers_times_and_every_result_column(tmp_path, 
         assert info["verdict"] == "pass" and info["bytes_model"] > 0
         assert bench["options"]["timer"] == "perfsuite.measure.timing.SampleClock"
         assert info["threads"] == 1  # the scenario's default [timing] threads
-    frame = load_results(out)
+    frame = load_run([out]).frame
     assert len(frame) == len(benches) and set(frame["variant"]) == {"full_softmax", "identity"}
-    assert build_report(frame, tmp_path / "bench.html").stat().st_size > 0
+    assert build_report(Run.of(frame), tmp_path / "bench.html").stat().st_size > 0
 
 
 @dataclasses.dataclass
@@ -236,7 +237,7 @@ def test_save_then_compare_recipe(recipe, capsys):
     out = recipe.folder / "bench.html"
     assert cli.main(["report", base, new, "--out", str(out)]) == 0
     assert out.stat().st_size > 0
-    frame = load_results(new)
+    frame = load_run([new]).frame
     assert len(frame) == count and set(frame["threads"]) == {1}
 
 

@@ -15,12 +15,20 @@ import pytest
 from perfsuite import cli
 from perfsuite.core import kinds
 from perfsuite.report.blocks import Note, Section
-from perfsuite.results.schema import RUN_COLUMNS
+from perfsuite.results.columns import RUN_COLUMNS, Column
 from perfsuite.scenario import load as scenarios
 from perfsuite.scenario.validate import fail
 
 HERE = __name__
-ECHO_COLUMNS = {"case_id": "echo/VALUE", "value": "the value echoed", "status": "ok", "reason": ""}
+ECHO_COLUMNS = tuple(
+    Column(name, type, meaning, kinds=("echo",))
+    for name, type, meaning in (
+        ("case_id", "text", "echo/VALUE"),
+        ("value", "int", "the value echoed"),
+        ("status", "category", "ok"),
+        ("reason", "text", ""),
+    )
+)
 SCENARIO = """
 name = "echo"
 device = "cpu"
@@ -110,7 +118,7 @@ def test_a_fourth_kind_runs_logs_writes_and_reports(with_echo, tmp_path, capsys)
     logged = [json.loads(line) for line in (out / "echo.jsonl").read_text().splitlines()]
     assert [row["case_id"] for row in logged] == ["echo/3", "echo/1", "echo/2"]
     table = pd.read_csv(out / "echo.csv")
-    assert list(table.columns[: len(ECHO_COLUMNS)]) == list(ECHO_COLUMNS)  # the kind's column order
+    assert list(table.columns[: len(ECHO_COLUMNS)]) == [c.name for c in ECHO_COLUMNS]  # the kind's order
     assert "echoed [1, 2, 3]" in (out / "report.html").read_text()
     assert "3 echo cases: 3 ok" in capsys.readouterr().out
     # a second run puts the kind's files aside like every other run file

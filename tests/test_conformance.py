@@ -13,10 +13,11 @@ import torch
 from perfsuite import cli, kernels, simulated_gpu
 from perfsuite.correctness import conformance
 from perfsuite.correctness.conformance import battery_patterns as catalogue
-from perfsuite.correctness.conformance import interpreter
+from perfsuite.correctness.conformance import judge
 from perfsuite.variants import external
 
 DATA = Path(__file__).parent / "data"
+BF16 = torch.bfloat16
 TRITON_CASES = ["vocab_2", "vocab_7", "padded_rows_1031", "offset_3", "nan_and_posinf", "neginf_all"]
 TRITON_CASES += ["bit_patterns", "masked"]
 """The Triton interpreter is slow on a CPU: the Triton variants run this subset here, in bf16 (the CLI's
@@ -38,14 +39,16 @@ def failing(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["verdict"] == "FAIL"]
 
 
-@pytest.mark.parametrize(
-    ("name", "dtypes"),
-    [
-        ("identity", None),
-        ("full_softmax", [torch.bfloat16, torch.float16]),
-        ("argmax_ones", [torch.float32, torch.bfloat16]),
-    ],
-)
+def fp32(name: str, device: object, *cases: str) -> pd.DataFrame:
+    """The battery's float32 rows for `cases` (the graph case when none)."""
+    return conformance.run(name, device, cases=list(cases or ["graph_replay"]), dtypes=[torch.float32])
+
+
+BUILT_INS = [("identity", None), ("full_softmax", [torch.bfloat16, torch.float16])]
+BUILT_INS += [("argmax_ones", [torch.float32, torch.bfloat16])]
+
+
+@pytest.mark.parametrize(("name", "dtypes"), BUILT_INS)
 def test_torch_built_ins_pass_the_quick_battery(name, dtypes, device):
     table = conformance.run(name, device, quick=True, dtypes=dtypes)
     assert failing(table).empty, conformance.console(table)
@@ -66,7 +69,8 @@ def test_triton_variants_pass_a_subset_of_the_battery(name, device):
     table = conformance.run(name, device, cases=TRITON_CASES, dtypes=[torch.bfloat16])
     assert "FAIL" not in verdicts(table), conformance.console(table)
     skips = table[table["verdict"] == "skip"]  # the interpreter's bf16 subnormals, named as such
-    assert skips["detail"].str.startswith(interpreter.REASON).all() and set(skips["case"]) <= {"bit_patterns"}
+    assert skips["detail"].str.startswith(judge.INTERPRETER_REASON).all()
+    assert set(skips["case"]) <= {"bit_patterns"}
     assert len(table) == len(TRITON_CASES) * 2
 
 
@@ -82,7 +86,7 @@ def test_triton_variants_pass_a_subset_of_the_battery(name, device):
     ],
 )
 def test_broken_selectors_are_caught_with_the_right_finding(function, case, finding, seen):
-    table = conformance.run(f"broken_selectors:{function}", "cpu", cases=[case], dtypes=[torch.float32])
+    table = fp32(f"broken_selectors:{function}", "cpu", case)
     assert len(table) == 2 and verdicts(table) == {"FAIL"}
     assert set(table["finding"]) == {finding}
     assert table["detail"].str.contains(seen, regex=False).all(), table["detail"].tolist()
@@ -90,23 +94,14 @@ def test_broken_selectors_are_caught_with_the_right_finding(function, case, find
 
 
 def test_bugs_show_only_where_their_case_is():
-    table = conformance.run(
-        "broken_selectors:nan_to_vocab",
-        "cpu",
-        cases=["vocab_100", "neginf_all", "nan_all"],
-        dtypes=[torch.float32],
-    )
+    table = fp32("broken_selectors:nan_to_vocab", "cpu", "vocab_100", "neginf_all", "nan_all")
     by_case = table.groupby("case")["verdict"].agg(set).to_dict()
     assert by_case == {"vocab_100": {"pass"}, "neginf_all": {"pass"}, "nan_all": {"FAIL"}}
 
 
 def test_int32_row_offsets_fail_past_two_to_the_32_elements():
-    table = conformance.run(
-        "broken_selectors:int32_row_offsets",
-        "cpu",
-        cases=["int64_addressing", "offset_3"],
-        dtypes=[torch.bfloat16],
-    )
+    cases = ["int64_addressing", "offset_3"]
+    table = conformance.run("broken_selectors:int32_row_offsets", "cpu", cases=cases, dtypes=[torch.bfloat16])
     int64 = table[table["case"] == "int64_addressing"]
     if set(int64["verdict"]) == {"skip"}:
         pytest.skip(f"this machine: {int64['detail'].iloc[0]}")
@@ -149,20 +144,13 @@ def test_a_selector_declaring_fp8_is_judged_on_fp8():
 
 def test_graph_capture_on_the_simulated_gpu(gpu):
     for name in ("identity", "argmax_ones", "selectors_for_tests:preallocated_topk"):
-        table = conformance.run(name, gpu, cases=["graph_replay"], dtypes=[torch.float32])
+        table = fp32(name, gpu)
         assert verdicts(table) == {"pass"}, conformance.console(table)
-    syncs = conformance.run(
-        "broken_selectors:syncs_on_host", gpu, cases=["graph_replay"], dtypes=[torch.float32]
-    )
+    syncs = fp32("broken_selectors:syncs_on_host", gpu)
     assert set(syncs["finding"]) == {"host_sync"}
     assert syncs["detail"].str.contains("not permitted when stream is capturing").all()
-    stale = conformance.run(
-        "broken_selectors:stale_staging", gpu, cases=["graph_replay"], dtypes=[torch.float32]
-    )
-    assert set(stale["finding"]) == {"graph_differs"}
-    eager = conformance.run(
-        "broken_selectors:stale_staging", gpu, cases=["vocab_100"], dtypes=[torch.float32]
-    )
+    assert set(fp32("broken_selectors:stale_staging", gpu)["finding"]) == {"graph_differs"}
+    eager = fp32("broken_selectors:stale_staging", gpu, "vocab_100")
     assert verdicts(eager) == {"pass"}  # right eagerly: only the graph shows it
 
 
@@ -198,22 +186,14 @@ def test_check_reports_capture_unsafe_indexing(gpu, function, reason, capsys):
 
 
 def test_graph_case_is_a_skip_without_a_gpu():
-    table = conformance.run("identity", "cpu", cases=["graph_replay"], dtypes=[torch.float32])
+    table = fp32("identity", "cpu")
     assert verdicts(table) == {"skip"} and table["detail"].eq(conformance.battery.NEEDS_GPU).all()
 
 
 def test_check_prints_a_row_per_case_writes_csv_and_exits_1_on_a_failure(tmp_path, capsys):
     csv = tmp_path / "check.csv"
-    argv = [
-        "check",
-        "identity",
-        "broken_selectors:highest_index_ties",
-        "--case",
-        "ties_far",
-        "--case",
-        "vocab_7",
-    ]
-    code = cli.main([*argv, "--dtype", "bf16", "--device", "cpu", "--csv", str(csv)])
+    argv = ["check", "identity", "broken_selectors:highest_index_ties", "--case", "ties_far", "--case"]
+    code = cli.main([*argv, "vocab_7", "--dtype", "bf16", "--device", "cpu", "--csv", str(csv)])
     out = capsys.readouterr().out
     assert code == 1
     assert "FAIL wrong_tie" in out and "FAIL ties_far bfloat16 k=1: wrong tie" in out
@@ -249,9 +229,7 @@ def test_declared_dtypes_are_validated():
 
 
 def test_an_argmax_kernel_declaring_max_k_1_is_judged_at_k_1_and_skips_the_rest():
-    table = conformance.frame(
-        conformance.rows("selectors_for_tests:argmax_k1", torch.device("cpu"), quick=True)
-    )
+    table = conformance.run("selectors_for_tests:argmax_k1", "cpu", quick=True)
     assert "FAIL" not in verdicts(table)
     timed = table[table["case"] != "graph_replay"].dropna(subset=["k"])
     assert set(timed[timed["k"] == 1]["verdict"]) == {"pass"}
@@ -278,7 +256,7 @@ def test_the_documented_vllm_recipe_passes_the_battery(tmp_path, monkeypatch):
     block = text[opening : text.index("```", opening)]
     (tmp_path / "vllm_recipe.py").write_text("import torch\n" + block)
     monkeypatch.syspath_prepend(str(tmp_path))
-    table = conformance.frame(conformance.rows("vllm_recipe:vllm_greedy", torch.device("cpu"), quick=True))
+    table = conformance.run("vllm_recipe:vllm_greedy", "cpu", quick=True)
     assert "FAIL" not in verdicts(table), failing(table)[["case", "dtype", "k", "detail"]]
     assert "pass" in verdicts(table)
 
@@ -319,11 +297,8 @@ def test_bit_pattern_rows_hold_exact_ties_and_near_ties_in_every_dtype():
         raw = case.build(dtype, torch.device("cpu"))
         x = raw.float()
         assert x[0, 100] == x[0, 900] == 0 and x[0, 100].signbit() and not x[0, 900].signbit()
-        bits = (
-            raw[2, [30, 800]]
-            .contiguous()
-            .view({1: torch.int8, 2: torch.int16, 4: torch.int32}[dtype.itemsize])
-        )
+        ints = {1: torch.int8, 2: torch.int16, 4: torch.int32}[dtype.itemsize]
+        bits = raw[2, [30, 800]].contiguous().view(ints)
         assert int(bits[1]) - int(bits[0]) == 1 and x[2, 800] > x[2, 30]  # one ulp apart
         subnormal = x[3, 700].abs()
         assert 0 < subnormal < torch.finfo(dtype).tiny and x[3, 700] == x[3, 701] > x[3, 50]
@@ -341,7 +316,7 @@ def test_ties_that_change_from_call_to_call_fail_the_repeat():
 
 
 def test_repeat_and_batch_invariance_are_columns_and_in_the_console():
-    table = conformance.run("identity", "cpu", cases=["ties_far", "vocab_3"], dtypes=[torch.bfloat16])
+    table = conformance.run("identity", "cpu", cases=["ties_far", "vocab_3"], dtypes=[BF16])
     assert set(table["repeat"]) == {"pass"}
     checked = table[table["case"] == "ties_far"]
     assert set(checked["batch_invariant"]) == {"pass"} and (checked["batch_max_dp"] <= 1e-6).all()
@@ -349,9 +324,7 @@ def test_repeat_and_batch_invariance_are_columns_and_in_the_console():
     text = conformance.console(table)
     header = text.splitlines()[1].split()
     assert header[-2:] == ["repeat", "batch"] and "NaN largest" in text.splitlines()[0]
-    broken = conformance.run(
-        "broken_selectors:batch_size_ties", "cpu", cases=["ties_far"], dtypes=[torch.bfloat16]
-    )
+    broken = conformance.run("broken_selectors:batch_size_ties", "cpu", cases=["ties_far"], dtypes=[BF16])
     assert " FAIL" in conformance.console(broken).splitlines()[2].split("bfloat16")[-1]
 
 
@@ -360,25 +333,20 @@ def test_the_nan_policy_is_a_contract_key():
     assert external.contract("x", {"accuracy": "exact"}).nan == "unspecified"
     with pytest.raises(external.ExternalSelectorError, match="contract key 'nan' is 'first'; allowed: "):
         external.contract("x", {"accuracy": "exact", "nan": "first"})
-    table = conformance.run("selectors_for_tests:exact_topk", "cpu", cases=["nan_*"], dtypes=[torch.float32])
+    table = fp32("selectors_for_tests:exact_topk", "cpu", "nan_*")
     assert verdicts(table) == {"pass"} and set(table["nan"]) == {"unspecified"}  # NaN rows: indices in range
 
 
 def test_work_on_the_default_stream_is_flagged_on_the_simulated_gpu(gpu):
-    ok = conformance.run("identity", gpu, cases=["vocab_100", "ties_far"], dtypes=[torch.float32])
+    ok = fp32("identity", gpu, "vocab_100", "ties_far")
     assert verdicts(ok) == {"pass"}, conformance.console(ok)
-    table = conformance.run(
-        "broken_selectors:default_stream", gpu, cases=["vocab_100"], dtypes=[torch.float32]
-    )
+    table = fp32("broken_selectors:default_stream", gpu, "vocab_100")
     assert verdicts(table) == {"FAIL"} and set(table["finding"]) == {"wrong_stream"}
-    assert (
-        table["detail"].str.contains(r"kernel\(s\) ran on another stream than the caller's side stream").all()
-    )
+    flagged = "kernel(s) ran on another stream than the caller's side stream"
+    assert table["detail"].str.contains(flagged, regex=False).all()
     assert torch.cuda.current_stream() is torch.cuda.default_stream()
-    assert verdicts(conformance.run("broken_selectors:default_stream", "cpu", cases=["vocab_100"])) == {
-        "pass",
-        "skip",
-    }
+    on_cpu = conformance.run("broken_selectors:default_stream", "cpu", cases=["vocab_100"])
+    assert verdicts(on_cpu) == {"pass", "skip"}
 
 
 def test_the_simulated_gpu_records_the_stream_of_each_kernel(gpu):
@@ -386,10 +354,8 @@ def test_the_simulated_gpu_records_the_stream_of_each_kernel(gpu):
     before = simulated_gpu.kernels_by_stream()
     with torch.cuda.stream(side):
         torch.ones(4, device="cuda").add_(1)
-    after = simulated_gpu.kernels_by_stream()
-    assert after.get(side, 0) >= 2 and after.get(torch.cuda.default_stream(), 0) == before.get(
-        torch.cuda.default_stream(), 0
-    )
+    after, default = simulated_gpu.kernels_by_stream(), torch.cuda.default_stream()
+    assert after.get(side, 0) >= 2 and after.get(default, 0) == before.get(default, 0)
 
 
 @pytest.mark.triton
@@ -403,20 +369,32 @@ def test_a_correct_triton_kernel_gets_no_fail_from_the_interpreter(device):
         dtypes=[torch.float32, torch.bfloat16],
     )  # fmt: skip
     assert "FAIL" not in verdicts(table), conformance.console(table)
-    excused = table[table["detail"].str.startswith(interpreter.REASON)]
+    excused = table[table["detail"].str.startswith(judge.INTERPRETER_REASON)]
     assert set(zip(excused["case"], excused["dtype"], strict=True)) == {("subnormal", "bfloat16")}
     assert excused["detail"].str.contains("FAIL wrong top-k on subnormal rows 0, 1").all()
     assert set(table[table["k"] == 1]["verdict"]) == {"pass", "skip"}
 
 
 def test_only_interpreted_launches_on_bf16_subnormal_rows_are_excused():
+    from perfsuite import variants
+
+    identity = variants.get("identity")
     logits = torch.tensor([[1e-39, 0.0], [1.0, 2.0]], dtype=torch.bfloat16)
-    always = lambda rows: True  # noqa: E731
-    assert interpreter.excused("FAIL", logits, 1, always).startswith(interpreter.REASON)
-    assert interpreter.excused("FAIL", logits, 0, always) is None  # torch ops: no interpreter to blame
-    assert interpreter.excused("FAIL", logits.float(), 1, always) is None  # fp32 converts right
-    assert interpreter.excused("FAIL", logits, 1, lambda rows: False) is None  # fails elsewhere too
-    assert interpreter.subnormal_rows(logits).tolist() == [True, False]
+    p, index = identity(logits, 1)
+    index[0, 0] = 1  # wrong on the subnormal row only
+
+    def excused(logits: torch.Tensor, launched: int) -> judge.Verdict:
+        return judge.excused(
+            judge.judge(identity, logits, 1, p, index), launched, identity, logits, 1, (p, index)
+        )
+
+    skip = excused(logits, 1)
+    assert skip.status == "skip" and skip.detail.startswith(judge.INTERPRETER_REASON)
+    assert skip.detail.endswith("; FAIL wrong top-k on subnormal rows 0)")
+    assert excused(logits, 0).finding == "wrong_topk"  # torch ops: no interpreter to blame
+    assert excused(logits.float(), 1).finding == "wrong_topk"  # fp32 converts right
+    index[1, 0] = 0
+    assert excused(logits, 1).finding == "wrong_topk"  # fails elsewhere too
 
 
 def test_a_preallocated_selector_cannot_overwrite_the_first_call_s_outputs():

@@ -14,18 +14,23 @@ from perfsuite import cli
 from perfsuite.core import dtypes
 from perfsuite.measure.device import DeviceInfo
 from perfsuite.report import build_report
-from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
-from perfsuite.results.schema import flagged
+from perfsuite.results import columns
+from perfsuite.results.columns import flagged
+from perfsuite.results.run import Run
 from perfsuite.results.write import to_frame
 from perfsuite.scenario.load import Case, Timing
 from perfsuite.tools.counters import (
     CounterCollector,
     CountersError,
+    Measured,
     find_tool,
     parse_ncu_csv,
     parse_rocprof_csv,
     row_values,
 )
+
+COLUMNS = columns.table_columns("results.csv", run=True)
+WRITTEN = columns.table_columns("results.csv")
 
 DATA = Path(__file__).parent / "data"
 H200 = DeviceInfo("cuda", "cuda:0", "NVIDIA H200", "CUDA 12.8", 4800.0, 64 << 20, "sm_90", llc_bytes=60 << 20)
@@ -46,16 +51,12 @@ def test_ncu_raw_page_base_units():
 
 
 def test_ncu_raw_page_with_chatter_and_scaled_units():
-    text = "\n".join(
-        [
-            "==PROF== Connected to process 48213 (/usr/bin/python3.12)",
-            '"ID","Process ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum"',
-            '"","","","Mbyte","Kbyte"',
-            '"0","48213","kernel_a","19.45","1.54"',
-            '"1","48213","kernel_b","0.50","768"',
-            "==PROF== Disconnected from process 48213",
-        ]
-    )
+    text = """==PROF== Connected to process 48213 (/usr/bin/python3.12)
+"ID","Process ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum"
+"","","","Mbyte","Kbyte"
+"0","48213","kernel_a","19.45","1.54"
+"1","48213","kernel_b","0.50","768"
+==PROF== Disconnected from process 48213"""
     measured = parse_ncu_csv(text)
     assert measured.read == pytest.approx(19.95e6) and measured.write == pytest.approx(769_540)
 
@@ -98,8 +99,6 @@ def test_rocprofv3_without_counters_is_a_reason():
 
 
 def test_row_values_and_the_20_percent_flag():
-    from perfsuite.tools.counters import Measured
-
     row = row_values(Measured(100.0, 50.0, 2), 100.0, "ncu")
     assert row["bytes_measured"] == 150 and row["bytes_measured_vs_model"] == 1.5
     assert row["bytes_measured_vs_uncached"] == 1.5  # no uncached figure given: the model's
@@ -187,10 +186,8 @@ def test_ncu_collector_runs_the_case_under_ncu_in_its_nvtx_range(no_tools_on_pat
     assert model < uncached / 2
     assert row["bytes_measured_vs_model"] == pytest.approx(row["bytes_measured"] / model)
     assert row["bytes_measured_vs_uncached"] == pytest.approx(row["bytes_measured"] / uncached)
-    assert (
-        row["counters"]
-        == "ncu 2025.1.1.0 kernel replay, no cache control (after perfsuite's flush): 2 kernels"
-    )
+    note = "ncu 2025.1.1.0 kernel replay, no cache control (after perfsuite's flush): 2 kernels"
+    assert row["counters"] == note
     calls = (no_tools_on_path / "calls.txt").read_text().splitlines()
     profile = next(c for c in calls if "--nvtx" in c)
     assert "--nvtx-include perfsuite.full_softmax.eager/" in profile
@@ -245,11 +242,10 @@ def test_a_tool_that_fails_or_hangs_is_a_reason(tmp_path, monkeypatch):
 def _model(case: Case, cache_bytes: int = 0) -> int:
     from perfsuite import variants
 
-    return (
-        variants.get(case.variant)
-        .traffic(case.batch, case.vocab, case.topk, dtypes.dtype_of(case.dtype))
-        .hbm(cache_bytes)
+    traffic = variants.get(case.variant).traffic(
+        case.batch, case.vocab, case.topk, dtypes.dtype_of(case.dtype)
     )
+    return traffic.hbm(cache_bytes)
 
 
 # ---------------------------------------------------------------------------------------------- integration
@@ -265,8 +261,8 @@ def test_run_with_counters_on_a_cpu_records_why(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(["run", str(scenario), "--out", str(out), "--no-progress", "--counters"]) == 0
     frame = pd.read_csv(out / "results.csv")
-    assert list(frame.columns) == list(COLUMNS)
-    cols = list(COLUMNS)
+    assert list(frame.columns) == WRITTEN
+    cols = WRITTEN
     assert cols.index("bytes_measured") == cols.index("bytes_ideal") + 1
     assert frame["bytes_measured"].isna().all() and frame["counters"].str.contains("need a GPU").all()
     assert "counters: nothing measured" in capsys.readouterr().out
@@ -277,7 +273,7 @@ def test_run_with_counters_on_a_cpu_records_why(tmp_path, capsys):
 def test_run_without_counters_leaves_the_columns_empty(tmp_path):
     frame = to_frame([{"variant": "identity", "status": "ok", "median_us": 1.0}])
     assert frame["counters"].isna().all()
-    html = build_report(frame, tmp_path / "r.html").read_text()
+    html = build_report(Run.of(frame), tmp_path / "r.html").read_text()
     assert 'id="traffic"' not in html
 
 

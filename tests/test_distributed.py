@@ -20,18 +20,20 @@ import torch
 import torch.multiprocessing as mp
 
 from perfsuite import kernels
-from perfsuite.cases.tensor_parallel import launch, tp_rows, tp_runner
-from perfsuite.cases.tensor_parallel.tp_runner import CaseFailed, TensorParallelRunner
+from perfsuite.cases.protocol import run_case
+from perfsuite.cases.tensor_parallel import launch, tp_runner
+from perfsuite.cases.tensor_parallel.tp_runner import TensorParallelRunner
 from perfsuite.correctness import parity
-from perfsuite.kernels import plan as plans
 from perfsuite.measure.device import detect
 from perfsuite.report import tp_section as report
+from perfsuite.report.page import render_fragment
 from perfsuite.results import rows as row_pieces
+from perfsuite.results.rows import CaseFailed
 from perfsuite.scenario.inputs import make_logits
-from perfsuite.scenario.load import Case, ScenarioError, Timing
+from perfsuite.scenario.load import Case, ScenarioError, Timing, expand, load
 from perfsuite.variants import tensor_parallel
-from perfsuite.variants.tensor_parallel import Local, group, partials, sharded_triton
-from perfsuite.variants.tensor_parallel.vocab_slice import local_slice, padded_width, vocab_slice
+from perfsuite.variants.tensor_parallel import Local, sharded, tp_base
+from perfsuite.variants.tensor_parallel.tp_base import local_slice, padded_width, vocab_slice
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, BF16 = torch.float32, torch.bfloat16
@@ -99,11 +101,8 @@ def test_shards_cover_the_vocabulary_in_order(vocab, tp):
     assert [s.width for s in shards] == sorted((s.width for s in shards), reverse=True)  # padding at the end
 
 
-def test_uneven_shards_of_a_real_vocabulary():
-    assert [vocab_slice(151666, 4, r).width for r in range(4)] == [37917, 37917, 37917, 37915]
-
-
 def test_local_slice_poisons_the_padding():
+    assert [vocab_slice(151666, 4, r).width for r in range(4)] == [37917, 37917, 37917, 37915]
     full = torch.arange(10, dtype=F32)[None]
     shard = vocab_slice(10, 4, 3)  # one real column, two of padding
     local = local_slice(full, shard, row_pad=2)
@@ -112,29 +111,11 @@ def test_local_slice_poisons_the_padding():
 
 
 def simulate(x: torch.Tensor, k: int, tp: int, use_triton: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """What the sharded variants compute, with the all-gather replaced by a stack (one process)."""
-    from perfsuite.kernels import topk_softmax
-
-    wires = []
-    for rank in range(tp):
-        shard = vocab_slice(x.shape[1], tp, rank)
-        logits = local_slice(x, shard)[:, : shard.width]
-        if not use_triton:
-            wires.append(partials.torch_partial(logits, k, shard.start))
-            continue
-        hw = plans.hardware(x.device)
-        plan = sharded_triton.rank_plan(x.shape[0], x.shape[1], k, tp, hw, x.element_size())
-        if shard.width == 0:
-            wires.append(partials.empty_wire(x.shape[0], plan.n_splits, k, x.device))
-            continue
-        part = topk_softmax.row_partials(
-            logits, min(k, shard.width), chunk=plan.chunk, block=plan.block, index_offset=shard.start
-        )
-        wires.append(partials.pack(part.max, part.sumexp, part.values, part.indices, k, plan.n_splits))
-    wire = partials.interleave(torch.stack(wires))
-    if use_triton:
-        return topk_softmax.merge_partials(topk_softmax.Partials(*partials.unpack(wire)), k)
-    return partials.merge(wire, k)
+    """What the sharded variants compute, the all-gather replaced by a concatenation (one process)."""
+    kind = "triton" if use_triton else "torch"
+    wire, merge = getattr(sharded, f"{kind}_wire"), getattr(sharded, f"{kind}_merge")
+    shards = [vocab_slice(x.shape[1], tp, rank) for rank in range(tp)]
+    return merge(torch.cat([wire(local_slice(x, s)[:, : s.width], k, s) for s in shards], dim=1), k)
 
 
 @pytest.mark.parametrize("use_triton", [False, pytest.param(True, marks=pytest.mark.triton)])
@@ -174,8 +155,9 @@ def test_bytes_models_per_rank():
         tensor_parallel.get("sharded_torch").comm_bytes(batch, vocab, k, BF16, tp)
         == (tp - 1) * batch * (2 + 2 * k) * 4
     )
-    parts = sharded_triton.rank_plan(batch, vocab, k, tp, plans.hardware(), 2).n_splits
-    assert sharded_triton.comm_bytes(batch, vocab, k, BF16, tp) == (tp - 1) * batch * parts * (2 + 2 * k) * 4
+    parts = sharded.rank_plan(batch, vocab, k, tp, 2).n_splits
+    triton = tensor_parallel.get("sharded_triton").comm_bytes(batch, vocab, k, BF16, tp)
+    assert triton == (tp - 1) * batch * parts * (2 + 2 * k) * 4
     for name in tensor_parallel.names():
         variant = tensor_parallel.get(name)
         assert variant.comm_bytes(batch, vocab, k, BF16, 1) == 0, "one rank communicates nothing"
@@ -200,18 +182,15 @@ def test_registry_claims():
 
 
 def test_scenario_files(tmp_path):
-    quick = tp_runner.load(ROOT / "scenarios" / "tp_quick.toml")
-    assert quick.device == "cpu" and {c.tp for c in tp_runner.scenarios.expand(quick)} == {2}
-    assert len(tp_runner.select(quick, 2)) > 0 and all(
-        c.variant in tensor_parallel.names() for c in tp_runner.select(quick, 2)
-    )
-    models = tp_runner.load(ROOT / "scenarios" / "tp_models.toml")
-    expanded = tp_runner.scenarios.expand(models)
+    quick = load(ROOT / "scenarios" / "tp_quick.toml")
+    assert quick.device == "cpu" and {c.tp for c in expand(quick)} == {2}
+    assert expand(quick) and all(c.variant in tensor_parallel.names() for c in expand(quick))
+    expanded = expand(load(ROOT / "scenarios" / "tp_models.toml"))
     assert {c.tp for c in expanded} == {2, 4, 8} and {c.dtype for c in expanded} == {"bfloat16"}
     assert {c.topk for c in expanded} == {1, 8} and min(c.batch for c in expanded) == 1
     assert max(c.batch for c in expanded) == 64 and 151666 in {c.vocab for c in expanded}
     with pytest.raises(ScenarioError, match=r"unknown variant 'sharded' .*, allgather_full_softmax"):
-        tp_runner.load(_scenario(tmp_path, ["sharded"]))
+        load(_scenario(tmp_path, ["sharded"]))
 
 
 def _scenario(where: Path, names: list[str], tps=(2,)) -> str:
@@ -224,7 +203,7 @@ def test_rows_have_the_single_device_columns():
     case = Case("s", "identity", "eager", "bfloat16", 100, 1, 1, "gaussian")
     env = {"scenario": "s", "backend": "cpu"}
     single = row_pieces.case_row(case, env)
-    tp_row = tp_rows.case_row(
+    tp_row = tp_runner.case_row(
         Case("s", "sharded_torch", "eager", "bfloat16", 100, 1, 1, "gaussian", tp=2), env, "gloo"
     )
     assert set(single) <= set(tp_row) and tp_row["tp"] == 2 and tp_row["backend_pg"] == "gloo"
@@ -232,32 +211,21 @@ def test_rows_have_the_single_device_columns():
 
 
 def test_tp_html_compares_allgather_with_partials():
-    frame = pd.DataFrame(
-        [
-            {
-                "variant": v,
-                "status": "ok",
-                "tp": tp,
-                "dtype": "bfloat16",
-                "vocab": 32000,
-                "batch": b,
-                "topk": 1,
-                "median_us": us,
-                "comm_bytes_model": comm,
-            }
-            for tp in (2, 4)
-            for b in (1, 16)
-            for v, us, comm in (("allgather_full_softmax", 50.0, 32000 * b), ("sharded_torch", 20.0, 16 * b))
-        ]
-        + [{"variant": "identity", "status": "ok", "tp": 1, "median_us": 1.0}]
-    )
-    text = report.tp_html(frame)
+    shape = {"status": "ok", "dtype": "bfloat16", "vocab": 32000, "topk": 1}
+    measured = [("allgather_full_softmax", 50.0, 32000), ("sharded_torch", 20.0, 16)]
+    rows = [
+        {**shape, "variant": v, "tp": tp, "batch": b, "median_us": us, "comm_bytes_model": comm * b}
+        for tp in (2, 4)
+        for b in (1, 16)
+        for v, us, comm in measured
+    ]
+    frame = pd.DataFrame([*rows, {"variant": "identity", "status": "ok", "tp": 1, "median_us": 1.0}])
+    text = render_fragment(report.section(frame))
     assert text.count("plotly-graph-div") == 2 and "<html" not in text and "<script src" not in text
     table = report.comparison(report.tp_rows(frame))
-    assert (table["speedup"] == 2.5).all() and (
-        table["partials bytes/rank"] < table["all-gather bytes/rank"]
-    ).all()
-    assert "No tensor-parallel rows" in report.tp_html(frame[frame["variant"] == "identity"])
+    assert (table["speedup"] == 2.5).all()
+    assert (table["partials bytes/rank"] < table["all-gather bytes/rank"]).all()
+    assert "No tensor-parallel rows" in render_fragment(report.section(frame[frame["variant"] == "identity"]))
 
 
 # ------------------------------------------------------------------------- 2 gloo ranks, spawned
@@ -273,7 +241,7 @@ def _broken(local: Local, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _rank_main(rank: int, world: int, store: str, out: str) -> None:
     """One rank: every TP variant on every input; and a phase that fails on rank 1 only."""
-    g = group.init(torch.device("cpu"), rank=rank, size=world, init_method=f"file://{store}")
+    g = tp_base.init("cpu", f"file://{store}", rank, world)
     results: dict[str, object] = {}
     for label in INPUTS:
         x, k = build(label)
@@ -286,16 +254,16 @@ def _rank_main(rank: int, world: int, store: str, out: str) -> None:
         worker._agreed(lambda: 1 / 0 if rank == 1 else 1)
     except CaseFailed as failed:
         results["agreed"] = str(failed)
-    tensor_parallel._load()["broken"] = dataclasses.replace(
+    tensor_parallel._registry()["broken"] = dataclasses.replace(
         tensor_parallel.get("sharded_torch"), name="broken", select=_broken
     )
     timing = Timing(warmup=1, reps=3, max_seconds=0.01, l2="hot")
     for name in ("broken", "sharded_torch"):
         case = Case("t", name, "eager", "bfloat16", 1001, 3, 4, "ties", timing=timing, tp=world)
-        results[f"run/{name}"] = worker.run(case)
+        results[f"run/{name}"] = run_case(worker, case)
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
     g.barrier()
-    group.close()
+    tp_base.close()
 
 
 @pytest.fixture(scope="module")
@@ -316,7 +284,7 @@ def test_tp_variants_give_the_reference_on_every_rank(spawned, label):
         assert p0.shape == i0.shape == (x.shape[0], k) and p0.dtype == F32 and i0.dtype == torch.int64
         check = parity.check(variant.accuracy, p0, i0, ref)
         assert check.verdict in ("pass", "n/a"), f"{name}: {check.problem}"
-        if variant.exact:
+        if variant.accuracy == "exact":
             rows_ok = ref.finite
             assert torch.equal(i0[rows_ok], ref.index[rows_ok]), f"{name}: lowest index across ranks"
         if label == "nonfinite" and name != "allgather_full_softmax":
@@ -337,6 +305,12 @@ def test_a_case_failing_on_one_rank_is_an_error_row_and_the_sweep_goes_on(spawne
 
 
 # ------------------------------------------------------------------ the worker under torchrun
+
+
+@pytest.fixture(autouse=True)
+def two_cpu_ranks(monkeypatch):
+    monkeypatch.setenv(launch.MAX_CPU_RANKS_ENV, "2")
+
 
 TINY = """
 name = "tp_tiny"
@@ -361,10 +335,10 @@ l2 = "hot"
 def test_launcher_runs_the_worker_and_skips_what_cannot_run(tmp_path):
     names = [*tp_names(), "identity"]
     path = _scenario(tmp_path, names, tps=(2, 4))
-    todo = [c for c in tp_runner.scenarios.expand(tp_runner.load(path))]
+    todo = expand(load(path))
     env = {"scenario": "tp_tiny", "backend": "cpu", "copy_gbps": 10.0}
     out = tmp_path / "out"
-    got = list(launch.run_tp_cases(path, todo, out, env, max_cpu_ranks=2, timeout_s=240))
+    got = list(launch.run_tp_cases(path, todo, out, env))
     assert sorted(r["case_id"] for r in got) == sorted(c.case_id for c in todo)
     by_id = {r["case_id"]: r for r in got}
     for case in todo:
@@ -395,10 +369,10 @@ def test_tensor_parallel_cases_read_logits_from_a_file(tmp_path):
         'variants = ["allgather_full_softmax", "sharded_torch"]\ndtypes = ["bfloat16"]\nbatch = [3]\n'
         'topk = [4]\nlogits = ["file:mine"]\ntp = [2]\n[timing]\nwarmup = 1\nreps = 3\nmax_seconds = 0.02\n'
     )
-    todo = tp_runner.scenarios.expand(tp_runner.load(path))
+    todo = expand(load(path))
     assert {c.logits for c in todo} == {"file:mine"} and {c.vocab for c in todo} == {1001}
     env = {"scenario": "tp_file", "backend": "cpu", "copy_gbps": 10.0}
-    got = list(launch.run_tp_cases(str(path), todo, tmp_path / "out", env, max_cpu_ranks=2, timeout_s=240))
+    got = list(launch.run_tp_cases(str(path), todo, tmp_path / "out", env))
     assert len(got) == 2
     for row in got:
         assert row["status"] == "ok", row["reason"]
@@ -416,9 +390,9 @@ def test_any_selector_runs_after_the_all_gather_external_ones_included(tmp_path,
     monkeypatch.syspath_prepend(data)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [data, os.environ.get("PYTHONPATH")])))
     path = _scenario(tmp_path, [*GATHERED, *EXTERNAL], tps=(2,))
-    todo = [c for c in tp_runner.scenarios.expand(tp_runner.load(path)) if c.topk == 1]
+    todo = [c for c in expand(load(path)) if c.topk == 1]
     env = {"scenario": "tp_tiny", "backend": "cpu", "copy_gbps": 10.0}
-    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env, max_cpu_ranks=2, timeout_s=240))
+    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env))
     measured = {r["variant"]: r for r in got if r["batch"] == 3}
     assert set(measured) == {*GATHERED, *EXTERNAL}
     assert all(r["status"] == "ok" for r in measured.values()), [r["reason"] for r in measured.values()]
@@ -438,15 +412,15 @@ def test_a_gathered_selector_that_cannot_load_is_one_line(tmp_path, monkeypatch,
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
     path = _scenario(tmp_path, [name], tps=(2,))
     with pytest.raises(ScenarioError) as info:
-        tp_runner.load(path)
+        load(path)
     assert expected in str(info.value) and "\n" not in str(info.value)
 
 
 def test_launcher_gives_skipped_rows_when_the_launch_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TORCHRUN", (sys.executable, "-c", "import sys; sys.exit(3)", "--"))
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = tp_runner.select(tp_runner.load(path), 2)
-    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cpu"}, timeout_s=30))
+    todo = expand(load(path))
+    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cpu"}))
     assert len(got) == len(todo) and all(r["status"] == "skipped" for r in got)
     assert all("launch failed (torchrun exit 3" in r["reason"] for r in got)
 
@@ -454,7 +428,7 @@ def test_launcher_gives_skipped_rows_when_the_launch_fails(tmp_path, monkeypatch
 def test_launcher_needs_one_gpu_per_rank(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = tp_runner.select(tp_runner.load(path), 2)
+    todo = expand(load(path))
     got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cuda"}))
     assert all(r["status"] == "skipped" and "1 GPU(s) visible" in r["reason"] for r in got)
     assert all(r["backend_pg"] == "nccl" for r in got)
@@ -462,9 +436,11 @@ def test_launcher_needs_one_gpu_per_rank(tmp_path, monkeypatch):
 
 def test_launcher_times_out_into_error_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TORCHRUN", (sys.executable, "-c", "import time; time.sleep(60)", "--"))
+    monkeypatch.setattr(launch, "BASE_TIMEOUT_S", 1.0)  # 1 s, and 2 x max_seconds (0.02 s) per case
+    monkeypatch.setattr(launch, "CASE_TIMEOUT_S", 0.0)
     path = _scenario(tmp_path, ["sharded_torch"])
-    todo = tp_runner.select(tp_runner.load(path), 2)
-    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cpu"}, timeout_s=1))
+    todo = expand(load(path))
+    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", {"backend": "cpu"}))
     assert all(r["status"] == "error" and "timed out after 1 s" in r["reason"] for r in got)
 
 
@@ -472,8 +448,8 @@ def test_launcher_times_out_into_error_rows(tmp_path, monkeypatch):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL/RCCL needs 2 GPUs (one per rank)")
 def test_launcher_over_nccl(tmp_path):
     path = _scenario(tmp_path, tensor_parallel.names())
-    todo = tp_runner.select(tp_runner.load(path), 2)
+    todo = expand(load(path))
     env = {"scenario": "tp_tiny", "backend": detect().backend, "copy_gbps": float("nan")}
-    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env, timeout_s=300))
+    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env))
     assert all(r["status"] == "ok" and r["backend_pg"] == "nccl" for r in got), [r["reason"] for r in got]
     assert all(r["verdict"] in ("pass", "n/a") and r["ranks_agree"] for r in got)

@@ -1,6 +1,6 @@
 """The draft loop on a GPU: one captured graph per batch size, graph replay = eager bit for bit, a clear
-capture failure, the graph cache's cap, the unroll cap of the timing graph, and run_draft's graph rows
-(SGLang's topk-1 fast path captured, the head's bf16 logits handed to the selector, an engine selector
+capture failure, the graph cache's cap, the unroll cap of the timing graph, and the draft rows on the graph
+path (SGLang's topk-1 fast path captured, the head's bf16 logits handed to the selector, an engine selector
 writing into preallocated outputs inside the graph). Without a GPU they run on the simulated H200 (the
 `gpu` fixture), on smaller vocabularies."""
 
@@ -13,20 +13,11 @@ import torch
 from support import HAS_GPU
 
 from perfsuite import variants
-from perfsuite.cases.draft import (
-    DraftHead,
-    DraftLoop,
-    GraphCache,
-    HeadConfig,
-    LoopConfig,
-    inputs_for,
-    run_draft,
-    timing_unroll,
-)
-from perfsuite.cases.draft.clock import device_sampler
+from perfsuite.cases.draft import DraftHead, DraftLoop, GraphCache, HeadConfig, LoopConfig, expand_draft
 from perfsuite.cases.draft.consumer import identical
-from perfsuite.cases.draft.draft_runner import FAST_PATH
-from perfsuite.cases.draft.graph import graph_body
+from perfsuite.cases.draft.draft_runner import FAST_PATH, device_sampler, run, timing_unroll
+from perfsuite.cases.draft.head import inputs_for
+from perfsuite.core.kinds import KindRun
 from perfsuite.core.settings import Timing
 from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect
 from perfsuite.measure.execution import GraphCaptureError
@@ -75,17 +66,17 @@ def test_one_graph_per_batch_size_and_the_cache_cap():
         g1 = cache.get(loop, 1, "k")
         assert cache.get(loop, 1, "k") is g1
         g4 = cache.get(loop, 4, "k")
-        assert g4 is not g1 and len(cache) == 2
+        assert g4 is not g1 and len(cache.graphs) == 2
         cache.get(loop, 1, "k")  # g1 most recently used: g4 goes next
         cache.get(loop, 16, "k")
-        assert len(cache) == 2 and (4, "k") not in cache.graphs and (1, "k") in cache.graphs
+        assert len(cache.graphs) == 2 and (4, "k") not in cache.graphs and (1, "k") in cache.graphs
         # the graphs share one pool and still replay correctly in any order
         for batch in (16, 1, 16):
             tokens, hidden = inputs_for(head.config, batch, config.extend_tokens, 1, GPU)[0]
             assert identical([cache.get(loop, batch, "k")(tokens, hidden)], [loop.cycle(tokens, hidden)])
     finally:
         cache.clear()
-    assert len(cache) == 0
+    assert len(cache.graphs) == 0
 
 
 def test_capture_failure_is_a_clear_graph_capture_error():
@@ -98,7 +89,7 @@ def test_capture_failure_is_a_clear_graph_capture_error():
     cache = GraphCache(GPU)
     with pytest.raises(GraphCaptureError, match=r"draft graph capture failed \(batch 2\): "):
         cache.get(loop, 2, "sync")
-    assert len(cache) == 0
+    assert len(cache.graphs) == 0
     cache.clear()
     # the device is still usable afterwards
     ok = DraftLoop(_head(vocab=1024), variants.get("identity").select, LoopConfig(2, 2, 4))
@@ -109,14 +100,14 @@ def test_capture_failure_is_a_clear_graph_capture_error():
 @pytest.mark.parametrize("steps", [1, 3, 5])
 def test_timing_graph_unroll_is_capped(steps):
     info = detect("cuda:0")
-    head, config = _head(vocab=4096), LoopConfig(1, steps, steps + 1)
+    head, config = _head(vocab=1024), LoopConfig(1, steps, steps + 1)
     loop = DraftLoop(head, variants.get("full_softmax").select, config)
     cache = GraphCache(GPU)
     try:
         graph = cache.get(loop, 2, "u")
         unroll = timing_unroll(20, info.backend, steps)
         assert unroll * steps <= max(GRAPH_UNROLL_CAP[info.backend], steps)
-        sampler = device_sampler(graph.replay, graph_body(graph, loop), info, Timing(l2="hot"), unroll)
+        sampler = device_sampler(graph.replay, graph.body, info, Timing(l2="hot", graph_unroll=20), steps)
         assert sampler.method == f"graph replay x{unroll}"
         assert sampler.sample() > 0
     finally:
@@ -126,7 +117,7 @@ def test_timing_graph_unroll_is_capped(steps):
 PREALLOCATED = "selectors_for_tests:preallocated_topk"
 
 
-def test_run_draft_graph_rows(monkeypatch):
+def test_draft_rows_on_the_graph_path(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "data"))
     monkeypatch.setattr(external, "_LOADED", {})
     s = scenario.parse(
@@ -163,12 +154,16 @@ def test_run_draft_graph_rows(monkeypatch):
                     "selection_share": False,
                 },
             ],
-            "timing": {"warmup": 2, "reps": 10, "max_seconds": 0.2} if HAS_GPU else {"warmup": 1, "reps": 3},
+            # the simulated GPU replays a timing graph's copies on the host: two cycles a graph there
+            "timing": {"warmup": 2, "reps": 10, "max_seconds": 0.2}
+            if HAS_GPU
+            else {"warmup": 1, "reps": 3, "graph_unroll": 2},
         },
         "g.toml",
     )
     info = detect("cuda:0")
-    rows = list(run_draft(s, info, {"backend": info.backend, "device": info.name}, progress=False))
+    context = KindRun(s, info, {"backend": info.backend, "device": info.name}, Path(), progress=False)
+    rows = list(run(expand_draft(s), context))
     assert all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows if r["status"] != "ok"]
     graph = [r for r in rows if r["path"] == "graph"]
     assert all(r["bitexact_eager"] is True for r in graph)

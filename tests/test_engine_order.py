@@ -15,9 +15,7 @@ from perfsuite.correctness import parity
 from perfsuite.report import summary
 from perfsuite.report.kernel_context import PAIRING_TEXT, Context, speedup_pairs, tie_policy
 from perfsuite.report.kernel_sections import summary_section
-from perfsuite.results.read import coerce
-from perfsuite.results.schema import add_speedups
-from perfsuite.results.write import to_frame
+from perfsuite.results.columns import add_speedups, complete
 from perfsuite.scenario import inputs
 from perfsuite.scenario.load import Scenario, Sweep, expand, load
 from perfsuite.variants.identity import tie_repair_traffic
@@ -33,12 +31,6 @@ def tied_logits() -> torch.Tensor:
     logits[1] = 0.0
     logits[1, 10] = 2.0
     return logits
-
-
-def test_engine_order_is_registered_exact_and_declares_torch_ties():
-    engine, identity = variants.get(ENGINE), variants.get("identity")
-    assert ENGINE in variants.names() and engine.exact
-    assert not engine.lowest_index_ties and identity.lowest_index_ties
 
 
 @pytest.mark.parametrize("k", [2, 7, 50])
@@ -59,16 +51,6 @@ def test_parity_accepts_the_engine_order_as_ties_and_holds_it_exact():
     check = parity.check("exact", p, index, ref)
     assert check.verdict == "pass", check.problem
     assert check.idx_tie_ref == 1.0 and check.idx_exact_ref < 1.0  # other tokens, equal logits
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_engine_order_probabilities_are_float64_exact(dtype, device):
-    logits = inputs.make_logits("zipf", 4, 5000, dtype, seed=2, device=device)
-    truth = torch.softmax(logits.double(), dim=-1)
-    for k in (1, 8):
-        p, index = variants.get(ENGINE)(logits, k)
-        assert p.dtype == torch.float32 and index.dtype == torch.int64
-        torch.testing.assert_close(p.double(), truth.gather(-1, index), rtol=parity.EXACT_RTOL, atol=0)
 
 
 def test_at_k1_both_identities_run_the_same_ops():
@@ -108,38 +90,20 @@ def test_a_compile_sweep_brings_the_compiled_baseline():
 
 def row(variant: str, path: str, us: float, **extra: object) -> dict[str, object]:
     accuracy = {"full_softmax": "rounded", "argmax_ones": "inexact"}.get(variant, "exact")
-    return {
-        "device": "cpu",
-        "run": "r",
-        "variant": variant,
-        "accuracy": accuracy,
-        "path": path,
-        "dtype": "float32",
-        "vocab": 32000,
-        "batch": 16,
-        "topk": 8,
-        "logits": "gaussian",
-        "status": "ok",
-        "median_us": us,
-        "tp": 1,
-        **extra,
-    }
+    shape = {"dtype": "float32", "vocab": 32000, "batch": 16, "topk": 8, "logits": "gaussian", "tp": 1}
+    case = {"device": "cpu", "run": "r", "variant": variant, "accuracy": accuracy, "path": path, **shape}
+    return {**case, "status": "ok", "median_us": us, **extra}
+
+
+def frame_of(*rows: dict[str, object]) -> pd.DataFrame:
+    return complete(pd.DataFrame(list(rows)))
 
 
 def paths_frame() -> pd.DataFrame:
     """full_softmax eager 100 us and compiled 40 us; identity compiled 20 us, its engine order 16 us."""
-    return coerce(
-        to_frame(
-            [
-                row("full_softmax", "eager", 100.0),
-                row("identity", "eager", 125.0),
-                row(ENGINE, "eager", 100.0),
-                row("full_softmax", "compile", 40.0),
-                row("identity", "compile", 20.0),
-                row(ENGINE, "compile", 16.0),
-            ]
-        )
-    )
+    rows = [("full_softmax", "eager", 100.0), ("identity", "eager", 125.0), (ENGINE, "eager", 100.0)]
+    rows += [("full_softmax", "compile", 40.0), ("identity", "compile", 20.0), (ENGINE, "compile", 16.0)]
+    return frame_of(*(row(*r) for r in rows))
 
 
 def test_speedups_pair_within_the_path():
@@ -155,27 +119,21 @@ def test_the_pairs_table_names_the_baseline_on_the_same_path():
     assert pairs.loc[("compile", "identity"), "against"] == "full_softmax · compile"
     assert pairs.loc[("eager", ENGINE), "against"] == "full_softmax · eager"
     assert pairs.loc[("compile", ENGINE), "medians"] == 1 and pairs["no baseline"].eq(0).all()
-    alone = speedup_pairs(add_speedups(coerce(to_frame([row("identity", "compile", 20.0)]))))
+    alone = speedup_pairs(add_speedups(frame_of(row("identity", "compile", 20.0))))
     assert alone.iloc[0]["no baseline"] == 1
 
 
 def test_tie_policy_is_identity_over_engine_order_per_path():
     table = tie_policy(add_speedups(paths_frame())).set_index("path")
-    assert table.loc["eager", "cost"] == pytest.approx(1.25) and table.loc[
-        "compile", "cost"
-    ] == pytest.approx(1.25)
+    assert table.loc["eager", "cost"] == table.loc["compile", "cost"] == pytest.approx(1.25)
     # the ratio of their medians, never of their speedups (those carry the baseline's noise twice)
-    noisy = coerce(
-        to_frame(
-            [
-                row("full_softmax", "eager", 100.0),
-                row("identity", "eager", 150.0, speedup_vs_full=0.5, speedup_method="paired"),
-                row(ENGINE, "eager", 100.0, speedup_vs_full=2.0, speedup_method="paired"),
-            ]
-        )
+    noisy = frame_of(
+        row("full_softmax", "eager", 100.0),
+        row("identity", "eager", 150.0, speedup_vs_full=0.5, speedup_method="paired"),
+        row(ENGINE, "eager", 100.0, speedup_vs_full=2.0, speedup_method="paired"),
     )
     assert tie_policy(add_speedups(noisy, only_missing=True)).iloc[0]["cost"] == pytest.approx(1.5)
-    assert tie_policy(add_speedups(coerce(to_frame([row("identity", "eager", 1.0)])))).empty
+    assert tie_policy(add_speedups(frame_of(row("identity", "eager", 1.0)))).empty
 
 
 def test_report_and_summary_state_the_pairs_and_the_tie_cost():
@@ -216,8 +174,10 @@ def test_a_compile_group_times_the_compiled_baseline_in_turn(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["quick", "models", "gpu_check", "gpu_compact"])
-def test_shipped_scenarios_measure_both_identities(name):
-    cases = expand(load(ROOT / "scenarios" / f"{name}.toml"))
+def test_shipped_scenarios_load_and_measure_both_identities(name):
+    scenario = load(ROOT / "scenarios" / f"{name}.toml")
+    cases = expand(scenario)
+    assert scenario.name == name and len({c.case_id for c in cases}) == len(cases)
     at_k8 = {c.variant for c in cases if c.topk == 8}
     assert {"full_softmax", "identity", ENGINE} <= at_k8, name
     compiled = {(c.variant, c.topk) for c in cases if c.path == "compile"}

@@ -69,4 +69,4 @@ def test_gpu_peak_memory_comes_from_the_allocator():
     logits = inputs.make_logits("gaussian", 8, 100000, torch.bfloat16, device="cuda")
     peak = memory.peak_temp_bytes(lambda: variants.get("identity")(logits, 1), info)
     assert peak >= 8 * 100000 * 4
-    assert memory.copy_gbps(info.device) > 100
+    assert memory.copy_bandwidth(info.device).gbps > 100

@@ -25,7 +25,7 @@ if not kernels.triton_installed():
     pytest.skip(kernels.NO_TRITON, allow_module_level=True)
 
 from perfsuite.kernels import topk_softmax as ts
-from perfsuite.tools import warm, warm_keys
+from perfsuite.tools import tuning, warm
 
 ROOT = Path(__file__).parents[1]
 
@@ -85,13 +85,22 @@ def _warm(path: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+def _sweep(cases: list, hw: plans.Hardware, tune: bool = False) -> tuple[list[warm.Warmup], int]:
+    """The distinct units of the cases' sweep (with `tune`, the candidates' first), and their launches."""
+    sources = [warm.candidate_units(cases, hw)] if tune else []
+    sources.append(warm.sweep_units(cases, hw))
+    return warm.distinct(*sources), sum(len(s) for s in sources)
+
+
 def test_every_specialisation_is_launched_once_in_worker_processes(tmp_path):
     path = _scenario(tmp_path, TINY)
     hw = plans.hardware(torch.device("cpu"))
-    units, launches = warm.warm_units(expand(load(path)), hw)
+    units, launches = _sweep(expand(load(path)), hw)
     assert len({u.key for u in units}) == len(units) < launches
     assert {u.kernel for u in units} == {"fused", "partials", "merge"}
-    units = warm_keys.distinct(*warm.scenario_units(load(path), hw))  # the edge-case matrix's too
+    path = _scenario(tmp_path, TINY.replace('"tiny"', '"tiny-fp32"').replace('"bfloat16", ', ""))  # cheaper
+    units = warm.distinct(*warm.scenario_units(load(path), hw))  # the edge-case matrix's too
+    assert {u.kernel for u in units} == {"fused", "partials", "merge"}
     done = _warm(path, "--jobs", "2")
     out, err = done.communicate(timeout=600)
     assert done.returncode == 0, out + err
@@ -107,7 +116,7 @@ def recorded(monkeypatch) -> list[tuple]:
     keys: list[tuple] = []
 
     def record(launch: ts.Launch, *tensors: torch.Tensor) -> None:
-        assert all(t.data_ptr() % ts.ALIGN_BYTES == 0 for t in tensors)
+        assert all(t.data_ptr() % plans.LOAD_BYTES == 0 for t in tensors)
         keys.append(launch.compile_key(tensors[0].dtype))
 
     monkeypatch.setattr(ts.Launch, "__call__", record)
@@ -118,14 +127,14 @@ def test_the_workers_launches_are_the_runs(tmp_path, recorded):
     """A unit's launch compiles under the unit's key, and the variants' own calls on the cases' logits
     (row-strided: `row_pad`) compile under keys the units cover: Triton's cache keys are the run's."""
     cases = expand(load(_scenario(tmp_path, TINY)))
-    units, _ = warm.warm_units(cases, plans.hardware(torch.device("cpu")))
+    units, _ = _sweep(cases, plans.hardware(torch.device("cpu")))
     for unit in units:
         recorded.clear()
         warm.make_launch(unit, torch.device("cpu"))
         assert recorded == [unit.key]
     recorded.clear()
     for case in cases:
-        if case.variant in warm.plan_functions():
+        if tuning.variant_plan(case.variant):
             logits = make_logits("gaussian", case.batch, case.vocab, dtype_of(case.dtype), row_pad=3)
             variants.get(case.variant)(logits, case.topk)
     assert set(recorded) == {u.key for u in units}
@@ -136,7 +145,7 @@ def test_the_argmax_units_launch_the_argmax_kernels(tmp_path, recorded):
     variant's calls on the cases' logits compile under keys the units cover."""
     text = TINY.replace('"identity", "triton_fused", "triton_split", "triton_auto"', '"triton_argmax"')
     cases = expand(load(_scenario(tmp_path, text.replace("topk = [1, 4]", "topk = [1]"))))
-    units, _ = warm.warm_units(cases, plans.hardware(torch.device("cpu")))
+    units, _ = _sweep(cases, plans.hardware(torch.device("cpu")))
     assert {u.kernel for u in units} >= {"argmax", "argmax_partials", "argmax_merge"}
     for unit in units:
         recorded.clear()
@@ -155,7 +164,7 @@ def test_the_gpu_check_compiles_23_specialisations():
     unspecialised); with triton_argmax's cases at k 1, 33 (480 launches). A change to the plans or the
     sweep that moves this number is worth a look."""
     cases = expand(load(ROOT / "scenarios" / "gpu_check.toml"))
-    units, launches = warm.warm_units(cases, plans.Hardware(sms=132))
+    units, launches = _sweep(cases, plans.Hardware(sms=132))
     kinds = {kind: sum(u.kernel == kind for u in units) for kind in ("fused", "partials", "merge")}
     assert (len(units), launches, kinds) == (33, 480, {"fused": 8, "partials": 8, "merge": 7})
     argmax = {kind: sum(u.kernel == kind for u in units) for kind in ("argmax", "argmax_partials")}
@@ -163,13 +172,11 @@ def test_the_gpu_check_compiles_23_specialisations():
 
 
 def test_tune_adds_every_candidate_plan():
-    from perfsuite.tools import tuning
-
     hw = plans.Hardware(sms=132)
     cases = expand(load(ROOT / "scenarios" / "tune.toml"))
-    units, _ = warm.warm_units(cases, hw, tune=True)
+    units, _ = _sweep(cases, hw, tune=True)
     keys = {u.key for u in units}
-    assert len(keys) == len(units) > len(warm.warm_units(cases, hw)[0])
+    assert len(keys) == len(units) > len(_sweep(cases, hw)[0])
     for case in tuning.shapes_of(cases):
         dtype = dtype_of(case.dtype)
         for tunables in tuning.candidates(case.batch, case.vocab, case.topk, hw, dtype.itemsize):
@@ -251,13 +258,14 @@ def test_the_battery_plan_is_what_the_battery_launches(recorded):
 
     cpu, hw = torch.device("cpu"), plans.hardware(torch.device("cpu"))
     names = ["triton_auto", "triton_fused", "triton_split"]
-    units = warm_keys.battery_units(names, hw, cpu, quick=True)
+    units = warm.battery_units(names, hw, cpu, quick=True)
     for name in names:
         list(battery.rows(name, cpu, quick=True))  # the launches record their key and do nothing
     assert set(recorded) == {u.key for u in units}
-    shifts = {u.shift for u in units}
-    assert len(shifts) > 1 and any(u.stride > 2**31 for u in units)  # offsets and int64 addressing
-    for unit in warm_keys.distinct(units):
+    scans = [u.launch.scalars for u in units if "shift" in u.launch.scalars]
+    shifts = {scalars["shift"] for scalars in scans}
+    assert len(shifts) > 1 and any(s["stride_row"] > 2**31 for s in scans)  # offsets and int64 addressing
+    for unit in warm.distinct(units):
         recorded.clear()
         warm.make_launch(unit, cpu)  # one row of the geometry has the key of the battery's rows
         assert recorded == [unit.key], unit.describe()
@@ -275,7 +283,7 @@ def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, rec
     scenario = load(_scenario(tmp_path, TINY))
     names = ["identity", "triton_fused", "triton_split", "triton_auto"]  # TINY's
     edge_cases.matrix([torch.bfloat16, torch.float32], EDGE_TOPK, names, cpu)
-    assert set(recorded) == {u.key for u in warm_keys.edge_matrix_units(scenario, hw)} != set()
+    assert set(recorded) == {u.key for u in warm.edge_matrix_units(scenario, hw)} != set()
     recorded.clear()
     draft = load(_scenario(tmp_path, DRAFT))
     for case in expand_draft(draft):
@@ -287,7 +295,7 @@ def test_the_edge_case_matrix_and_draft_plans_are_what_they_launch(tmp_path, rec
         )
         loop = DraftLoop(DraftHead(case.head), functools.partial(_fake, select), case.loop)
         loop.decode(*loop.extend(tokens, hidden))
-    assert set(recorded) == {u.key for u in warm_keys.draft_units(draft, hw)} != set()
+    assert set(recorded) == {u.key for u in warm.draft_units(draft, hw)} != set()
 
 
 def _fake(select, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -316,11 +324,11 @@ def test_the_stages_compile_plans_on_the_h200():
     """The distinct kernel keys of the GPU check's real stages on the H200's plan hardware (heuristic
     plans): the compile counts scripts/gpu_check.sh and the README state."""
     hw, cuda = plans.Hardware(sms=132), torch.device("cuda")
-    tune = warm_keys.candidate_units(expand(load(ROOT / "scenarios" / "tune.toml")), hw)
+    tune = warm.candidate_units(expand(load(ROOT / "scenarios" / "tune.toml")), hw)
     sweep = warm.scenario_units(load(ROOT / "scenarios" / "gpu_check.toml"), hw)
-    draft = warm_keys.draft_units(load(ROOT / "scenarios" / "draft_gpu.toml"), hw)
+    draft = warm.draft_units(load(ROOT / "scenarios" / "draft_gpu.toml"), hw)
     battery = ["triton_auto", "triton_fused", "triton_split", "triton_argmax"]  # gpu_check.sh's CHECK_TRITON
-    check = warm_keys.battery_units(battery, hw, cuda, quick=True)
-    counts = [len(warm_keys.distinct(s)) for s in (tune, *sweep, draft, check)]
+    check = warm.battery_units(battery, hw, cuda, quick=True)
+    counts = [len(warm.distinct(s)) for s in (tune, *sweep, draft, check)]
     assert counts == [105, 33, 12, 0, 11, 128]
-    assert len(warm_keys.distinct(tune, *sweep, draft, check)) == TOTAL_KEYS
+    assert len(warm.distinct(tune, *sweep, draft, check)) == TOTAL_KEYS

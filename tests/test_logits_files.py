@@ -215,81 +215,58 @@ def test_a_measured_case_on_a_file_records_the_logits_shape(tmp_path):
 # ---------------------------------------------------------------- bad files: one line naming the file
 
 
-def _write_bad(tmp_path: Path, case: str) -> tuple[str, str]:
-    """(the [inputs.files] entry, the file it names) for one kind of bad file."""
-    bad = tmp_path / "bad"
-    bad.mkdir()
-    if case == "missing":
-        return 'mine = "bad/nothing.pt"', "bad/nothing.pt"
-    if case == "suffix":
-        (bad / "x.bin").write_bytes(b"1234")
-        return 'mine = "bad/x.bin"', "x.bin"
-    if case == "garbage_pt":
-        (bad / "x.pt").write_bytes(b"not a torch file")
-        return 'mine = "bad/x.pt"', "x.pt"
-    if case == "pickle_pt":
-        (bad / "x.pt").write_bytes(pickle.dumps(Path("/etc"), protocol=2))  # not allowed by weights_only=True
-        return 'mine = "bad/x.pt"', "x.pt"
-    if case == "list_pt":
-        torch.save([1, 2, 3], bad / "x.pt")
-        return 'mine = "bad/x.pt"', "x.pt"
-    if case == "3d":
-        torch.save(torch.zeros(2, 3, 4), bad / "x.pt")
-        return 'mine = "bad/x.pt"', "x.pt"
-    if case == "int":
-        np.save(bad / "x.npy", np.zeros((2, 3), dtype=np.int64))
-        return 'mine = "bad/x.npy"', "x.npy"
-    if case == "empty":
-        torch.save(torch.zeros(0, 10), bad / "x.pt")
-        return 'mine = "bad/x.pt"', "x.pt"
-    if case == "garbage_npy":
-        (bad / "x.npy").write_bytes(b"\x93NUMPY garbage")
-        return 'mine = "bad/x.npy"', "x.npy"
-    if case == "garbage_safetensors":
-        (bad / "x.safetensors").write_bytes(b"\xff" * 16)
-        return 'mine = "bad/x.safetensors"', "x.safetensors"
-    if case == "several_tensors":
-        save_file({"a": torch.zeros(2, 3), "b": torch.zeros(2, 3)}, bad / "x.safetensors")
-        return 'mine = "bad/x.safetensors"', "x.safetensors"
-    if case == "key_not_found":
-        save_file({"a": torch.zeros(2, 3)}, bad / "x.safetensors")
-        return 'mine = { path = "bad/x.safetensors", tensor = "logits" }', "x.safetensors"
-    if case == "mismatched_folder":
-        torch.save(torch.zeros(2, 3), bad / "a.pt")
-        np.save(bad / "b.npy", np.zeros((2, 4), dtype=np.float32))
-        return 'mine = "bad"', "b.npy"
-    if case == "empty_folder":
-        return 'mine = "bad"', "bad"
-    raise AssertionError(case)
-
-
-BAD = {
-    "missing": "no such file or folder",
-    "suffix": "unsupported file type '.bin'",
-    "garbage_pt": "not a tensor file torch.load reads with weights_only=True",
-    "pickle_pt": "not a tensor file torch.load reads with weights_only=True",
-    "list_pt": "holds a list, expected a tensor",
-    "3d": "a 3-D tensor of shape [2, 3, 4]; expected [rows, V]",
-    "int": "dtype int64; expected floating-point logits",
-    "empty": "an empty tensor of shape [0, 10]",
-    "garbage_npy": "not a .npy file numpy reads",
-    "garbage_safetensors": "not a .safetensors file",
-    "several_tensors": "holds 2 tensors (a, b); name one",
-    "key_not_found": "no tensor 'logits'; it holds: a",
-    "mismatched_folder": "V 4, but a.pt has V 3: the files of a folder share one V",
-    "empty_folder": "a folder without .pt, .pth, .npy or .safetensors files",
+NOT_TORCH = "not a tensor file torch.load reads with weights_only=True"
+BAD = {  # case: (the files written into bad/, the [inputs.files] entry if not "bad/<the last file>", message)
+    "missing": ({}, '"bad/nothing.pt"', "no such file or folder"),
+    "suffix": ({"x.bin": b"1234"}, None, "unsupported file type '.bin'"),
+    "garbage_pt": ({"x.pt": b"not a torch file"}, None, NOT_TORCH),
+    "pickle_pt": ({"x.pt": pickle.dumps(Path("/etc"), protocol=2)}, None, NOT_TORCH),  # weights_only refuses
+    "list_pt": ({"x.pt": [1, 2, 3]}, None, "holds a list, expected a tensor"),
+    "3d": ({"x.pt": torch.zeros(2, 3, 4)}, None, "a 3-D tensor of shape [2, 3, 4]; expected [rows, V]"),
+    "int": ({"x.npy": np.zeros((2, 3), dtype=np.int64)}, None, "dtype int64; expected floating-point logits"),
+    "empty": ({"x.pt": torch.zeros(0, 10)}, None, "an empty tensor of shape [0, 10]"),
+    "garbage_npy": ({"x.npy": b"\x93NUMPY garbage"}, None, "not a .npy file numpy reads"),
+    "garbage_safetensors": ({"x.safetensors": b"\xff" * 16}, None, "not a .safetensors file"),
+    "several_tensors": (
+        {"x.safetensors": {"a": torch.zeros(2, 3), "b": torch.zeros(2, 3)}},
+        None,
+        "holds 2 tensors (a, b); name one",
+    ),
+    "key_not_found": (
+        {"x.safetensors": {"a": torch.zeros(2, 3)}},
+        '{ path = "bad/x.safetensors", tensor = "logits" }',
+        "no tensor 'logits'; it holds: a",
+    ),
+    "mismatched_folder": (
+        {"a.pt": torch.zeros(2, 3), "b.npy": np.zeros((2, 4), dtype=np.float32)},
+        '"bad"',
+        "V 4, but a.pt has V 3: the files of a folder share one V",
+    ),
+    "empty_folder": ({}, '"bad"', "a folder without .pt, .pth, .npy or .safetensors files"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_file_is_one_line_naming_it(tmp_path, case):
-    entry, named = _write_bad(tmp_path, case)
-    path = scenario_with(tmp_path, entry)
+    files, entry, expected = BAD[case]
+    (tmp_path / "bad").mkdir()
+    for name, content in files.items():
+        path = tmp_path / "bad" / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif path.suffix == ".npy":
+            np.save(path, content)
+        elif path.suffix == ".safetensors":
+            save_file(content, path)
+        else:
+            torch.save(content, path)
+    named = list(files)[-1] if files else entry.strip('"')
+    path = scenario_with(tmp_path, "mine = " + (entry or f'"bad/{named}"'))
     with pytest.raises(ScenarioError) as info:
         scenario.load(path)
     message = str(info.value)
     assert message.startswith(f"{path}: [inputs].files.mine: "), message
-    assert named in message and BAD[case] in message and "\n" not in message, message
+    assert named in message and expected in message and "\n" not in message, message
 
 
 def test_without_safetensors_the_error_says_to_install_it(tmp_path, monkeypatch):

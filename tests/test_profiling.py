@@ -115,9 +115,7 @@ def cold_file(tmp_path: Path) -> Path:
 def one_thread(monkeypatch) -> Iterator[None]:
     """Start from one torch thread, and give the test's caller back the threads it had."""
     before = torch.get_num_threads()
-    monkeypatch.setenv(
-        "OMP_NUM_THREADS", "1"
-    )  # perfsuite.core.settings.apply_threads sets it; restored after the test
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # settings.apply_threads sets it; restored after the test
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
@@ -165,14 +163,8 @@ def test_a_cold_profile_flushes_in_its_own_range_with_hta_metadata_and_the_scena
     assert data["distributedInfo"] == {"backend": "gloo", "rank": 0, "world_size": 1}
     assert [int(m) for m in HTA_RANK.findall(text)] == [0]
     meta = data["perfsuite"]
-    assert {k: meta[k] for k in ("case_id", "variant", "path", "l2", "threads", "scenario")} == {
-        "case_id": COLD_CASE,
-        "variant": "full_softmax",
-        "path": "eager",
-        "l2": "cold",
-        "threads": 2,
-        "scenario": "cold",
-    }
+    expected = {"case_id": COLD_CASE, "variant": "full_softmax", "path": "eager", "l2": "cold", "threads": 2}
+    assert {k: meta[k] for k in (*expected, "scenario")} == {**expected, "scenario": "cold"}
     assert meta["device"] == row.device and meta["calls"] == 2 and meta["flush_range"] == FLUSH_RANGE
     assert not any(isinstance(v, (dict, list)) for v in meta.values())  # HTA's reader skips nested maps
 
@@ -215,10 +207,8 @@ def test_gpu_profile_and_call_flush_in_their_own_nvtx_range(gpu, cold_file, tmp_
     selection = "perfsuite.full_softmax.eager"
     if simulated:
         pushed = [(k, d) for k, d in log if k in ("range_push", "range_pop")]
-        assert (
-            pushed
-            == [(k, name) for name in (FLUSH_RANGE, selection) for k in ("range_push", "range_pop")] * 2
-        )
+        pairs = [(k, name) for name in (FLUSH_RANGE, selection) for k in ("range_push", "range_pop")]
+        assert pushed == pairs * 2
     out = tmp_path / "prof"
     command = ["profile", str(cold_file), "--out", str(out), "--device", "cuda:0", "--calls", "2"]
     assert cli.main(command) == 0
@@ -240,8 +230,16 @@ def test_gpu_profile_and_call_flush_in_their_own_nvtx_range(gpu, cold_file, tmp_
 def test_profile_only_and_bad_input(scenario_file, tmp_path, capsys):
     out = tmp_path / "one"
     assert cli.main(["profile", str(scenario_file), "--out", str(out), "--only", "identity/eager/*k1*"]) == 0
-    assert list(pd.read_csv(out / "cases.csv")["case_id"]) == [
-        "identity/eager/bfloat16/V1000/B3/k1/near_ties"
+    (case_id,) = pd.read_csv(out / "cases.csv")["case_id"]
+    assert case_id == "identity/eager/bfloat16/V1000/B3/k1/near_ties"
+    # no case profiled (graph capture needs a GPU): kernels.csv is its header alone
+    assert cli.main(["profile", str(scenario_file), "--out", str(out), "--only", "identity/graph"]) == 0
+    assert list(pd.read_csv(out / "kernels.csv").columns)[:5] == [
+        "case_id",
+        "run",
+        "device",
+        "activity",
+        "kernel",
     ]
     assert cli.main(["profile", str(scenario_file), "--out", str(out), "--only", "nothing-like-this"]) == 2
     assert "no case matches" in capsys.readouterr().err
@@ -262,16 +260,15 @@ def test_run_and_range_names_are_safe_and_distinct(scenario_file):
 
 def test_gpu_trace_keeps_the_kernels_launched_inside_the_range():
     """A kineto CUDA trace: the cache flush before each call is launched outside the range and left out."""
-    summary = summarize(load_events(DATA / "cuda_trace.pt.trace.json"), "perfsuite.full_softmax.eager")
-    table = summary.table
-    assert summary.activity == "device kernels" and summary.calls == 2
-    assert summary.kernels_per_call == 2 and summary.kernel_us_per_call == pytest.approx(42.0)
+    table, case = summarize(load_events(DATA / "cuda_trace.pt.trace.json"), "perfsuite.full_softmax.eager")
+    assert case["activity"] == "device kernels" and case["calls"] == 2
+    assert case["kernels_per_call"] == 2 and case["kernel_us_per_call"] == pytest.approx(42.0)
     assert list(table["calls"]) == [2, 2] and list(table["per_call"]) == [1.0, 1.0]
     assert "cunn_SoftMaxForward" in table.loc[0, "kernel"] and "MaxOps" in table.loc[1, "kernel"]
     assert table.loc[0, "share"] == pytest.approx(30 / 42) and table["share"].sum() == pytest.approx(1.0)
     assert not table["kernel"].str.contains("FillFunctor").any()
-    assert summary.range_us_per_call == pytest.approx(60.0)
-    assert summary.flushes == 0 and math.isnan(summary.flush_us_per_call)  # no flush range in this trace
+    assert case["range_us_per_call"] == pytest.approx(60.0) and case["top_share"] == table.loc[0, "share"]
+    assert math.isnan(case["excluded_flush_us_per_call"])  # no flush range in this trace
 
 
 def _flush_range(ts: float, dur: float) -> dict:
@@ -290,12 +287,10 @@ def test_the_flush_is_left_out_of_the_selection_even_without_its_range():
             {"name": "aten::sort", "cat": "cpu_op", "ts": 80.0, "dur": 6.0, **host},
         ]
     )
-    summary = summarize(events, "perfsuite.identity.eager")
-    assert list(summary.table["kernel"]) == ["aten::sort", "aten::topk"] and summary.calls == 0
-    assert summary.kernel_us_per_call == 10.0 and summary.table["share"].sum() == pytest.approx(1.0)
-    assert (
-        summary.flushes == 1 and summary.flush_kernels_per_call == 1.0 and summary.flush_us_per_call == 56.0
-    )
+    table, case = summarize(events, "perfsuite.identity.eager")
+    assert list(table["kernel"]) == ["aten::sort", "aten::topk"] and case["calls"] == 0
+    assert case["kernel_us_per_call"] == 10.0 and table["share"].sum() == pytest.approx(1.0)
+    assert case["excluded_flush_kernels_per_call"] == 1.0 and case["excluded_flush_us_per_call"] == 56.0
 
 
 def test_gpu_flush_kernels_are_counted_apart_from_the_selection():
@@ -320,16 +315,15 @@ def test_gpu_flush_kernels_are_counted_apart_from_the_selection():
             {"name": "k_topk", "cat": "kernel", "ts": 315.0, "dur": 10.0, **gpu, "correlation": 4},
         ]
     )
-    summary = summarize(events, "perfsuite.identity.eager")
-    assert list(summary.table["kernel"]) == ["k_topk"] and summary.table["share"].tolist() == [1.0]
-    assert summary.calls == 2 and summary.kernel_us_per_call == 9.0
-    assert (
-        summary.flushes == 2 and summary.flush_kernels_per_call == 1.0 and summary.flush_us_per_call == 91.0
-    )
+    table, case = summarize(events, "perfsuite.identity.eager")
+    assert list(table["kernel"]) == ["k_topk"] and table["share"].tolist() == [1.0]
+    assert case["calls"] == 2 and case["kernel_us_per_call"] == 9.0 and case["top_kernel"] == "k_topk"
+    # the two flushes (90 and 92 us), one kernel each
+    assert case["excluded_flush_kernels_per_call"] == 1.0 and case["excluded_flush_us_per_call"] == 91.0
 
 
 def test_graph_replay_kernels_carry_the_launch_correlation():
-    host = {"pid": "1", "tid": "1"}
+    host, gpu = {"pid": "1", "tid": "1"}, {"pid": "0", "tid": "7"}
     events = pd.DataFrame(
         [
             {"name": "perfsuite.identity.graph", "cat": "user_annotation", "ts": 0.0, "dur": 10.0, **host},
@@ -341,37 +335,13 @@ def test_graph_replay_kernels_carry_the_launch_correlation():
                 **host,
                 "correlation": 7,
             },
-            {
-                "name": "k_max",
-                "cat": "kernel",
-                "ts": 20.0,
-                "dur": 3.0,
-                "pid": "0",
-                "tid": "7",
-                "correlation": 7,
-            },
-            {
-                "name": "k_exp",
-                "cat": "kernel",
-                "ts": 24.0,
-                "dur": 5.0,
-                "pid": "0",
-                "tid": "7",
-                "correlation": 7,
-            },
-            {
-                "name": "k_other",
-                "cat": "kernel",
-                "ts": 40.0,
-                "dur": 9.0,
-                "pid": "0",
-                "tid": "7",
-                "correlation": 8,
-            },
+            {"name": "k_max", "cat": "kernel", "ts": 20.0, "dur": 3.0, **gpu, "correlation": 7},
+            {"name": "k_exp", "cat": "kernel", "ts": 24.0, "dur": 5.0, **gpu, "correlation": 7},
+            {"name": "k_other", "cat": "kernel", "ts": 40.0, "dur": 9.0, **gpu, "correlation": 8},
         ]
     )
-    summary = summarize(events, "perfsuite.identity.graph")
-    assert list(summary.table["kernel"]) == ["k_exp", "k_max"] and summary.kernels_per_call == 2
+    table, case = summarize(events, "perfsuite.identity.graph")
+    assert list(table["kernel"]) == ["k_exp", "k_max"] and case["kernels_per_call"] == 2
 
 
 def test_without_correlation_ids_the_device_work_inside_the_range_counts():
@@ -387,8 +357,8 @@ def test_without_correlation_ids_the_device_work_inside_the_range_counts():
             {"name": "flush", "cat": "kernel", "ts": 150.0, "dur": 50.0, **gpu},
         ]
     )
-    summary = summarize(events, "perfsuite.identity.eager")
-    assert list(summary.table["kernel"]) == ["k_exp", "k_max"] and summary.kernel_us_per_call == 8.0
+    table, case = summarize(events, "perfsuite.identity.eager")
+    assert list(table["kernel"]) == ["k_exp", "k_max"] and case["kernel_us_per_call"] == 8.0
 
 
 def test_load_events_rejects_a_broken_file(tmp_path):

@@ -12,10 +12,23 @@ import pandas as pd
 import plotly.offline
 import pytest
 
-from perfsuite.report import build_report, coerce, load_many, load_results, plots_available
-from perfsuite.results.schema import FORMAT_VERSION
-from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite.report import build_report, plots_available
+from perfsuite.results import columns
+from perfsuite.results.columns import FORMAT_VERSION
+from perfsuite.results.columns import complete as coerce
+from perfsuite.results.run import Run, load_run
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
+
+COLUMNS = columns.table_columns("results.csv", run=True)
+
+
+def load_results(path: Path) -> pd.DataFrame:
+    return load_run([path]).frame
+
+
+def load_many(paths: list[Path]) -> pd.DataFrame:
+    return load_run(paths).frame
+
 
 VARIANTS = {
     "full_softmax": ("rounded", 1.0),
@@ -193,6 +206,14 @@ def test_pytest_benchmark_json(frame: pd.DataFrame, tmp_path: Path) -> None:
     assert loaded.loc[0, "variant"] == ok[0]["variant"] and loaded.loc[1, "vocab"] == ok[1]["vocab"]
 
 
+def test_a_plain_pytest_benchmark_file_reads_as_rows_named_after_its_benchmarks(tmp_path: Path) -> None:
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps({"benchmarks": [_benchmark_entry("t", {}, 1e-6)]}), encoding="utf-8")
+    row = load_results(path).iloc[0]
+    assert row["variant"] == "benchmarks/x.py::t" and row["median_us"] == pytest.approx(1.0)
+    assert row["p20_us"] == pytest.approx(0.95) and row["p80_us"] == pytest.approx(1.05)  # the quartiles
+
+
 def test_load_many_concatenates(frame: pd.DataFrame, tmp_path: Path) -> None:
     paths = []
     for device, part in frame.groupby("device"):
@@ -216,7 +237,6 @@ def test_load_many_concatenates(frame: pd.DataFrame, tmp_path: Path) -> None:
         ("list.json", "[1, 2]", "not all objects"),
         ("lines.jsonl", '{"variant": "identity"}\nnot json\n', "line 2"),
         ("other.csv", "a,b\n1,2\n", "not a perfsuite results file"),
-        ("plain_bench.json", json.dumps({"benchmarks": [_benchmark_entry("t", {}, 1e-6)]}), "no perfsuite"),
     ],
 )
 def test_bad_files_raise_value_error(tmp_path: Path, name: str, content: str | None, message: str) -> None:
@@ -241,7 +261,7 @@ def test_binary_file_raises_value_error(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def report_html(frame: pd.DataFrame, edge_cases: pd.DataFrame, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("report") / "report.html"
-    path = build_report(frame, out, edge_cases=edge_cases, environment={"runtime": "CUDA 12.8"})
+    path = build_report(Run.of(frame, edge_cases=edge_cases), out, environment={"runtime": "CUDA 12.8"})
     assert path == out and path.is_file()
     return path.read_text(encoding="utf-8")
 
@@ -304,14 +324,14 @@ def test_report_all_skipped(frame: pd.DataFrame, tmp_path: Path) -> None:
     skipped["reason"] = "no device"
     for column in ("median_us", "p20_us", "p80_us", "verdict", "top1_mismatch_ref", "pct_peak", "gbps"):
         skipped[column] = math.nan
-    html = build_report(skipped, tmp_path).read_text(encoding="utf-8")
+    html = build_report(Run.of(skipped), tmp_path).read_text(encoding="utf-8")
     assert "no device" in html and "nothing to plot" in html and "not drawn (" not in html
 
 
 def test_report_one_variant_one_device(frame: pd.DataFrame, tmp_path: Path) -> None:
     one = frame[(frame["variant"] == "identity") & (frame["device"] == "cpu-x86_64")].copy()
     one["speedup_vs_full"] = math.nan
-    html = build_report(one, tmp_path / "one.html").read_text(encoding="utf-8")
+    html = build_report(Run.of(one), tmp_path / "one.html").read_text(encoding="utf-8")
     assert 'id="fig-latency-0"' in html and "not drawn (" not in html
     assert "no variant has a full_softmax baseline" in html
 
@@ -321,14 +341,16 @@ def test_report_fills_speedups_and_survives_nan_columns(frame: pd.DataFrame, tmp
     for column in ("speedup_vs_full", "pct_peak", "pct_copy", "peak_temp_bytes", "model_temp_bytes"):
         sparse[column] = math.nan
     sparse["timestamp"] = None
-    html = build_report(sparse, tmp_path / "sparse.html", title="<sparse>").read_text(encoding="utf-8")
+    html = build_report(Run.of(sparse), tmp_path / "sparse.html", title="<sparse>").read_text(
+        encoding="utf-8"
+    )
     assert 'id="fig-speedup-identity"' in html  # speedups filled from full_softmax's medians
     assert "GB/s" in html and "Memory: no peak_temp_bytes" in html
     assert "&lt;sparse&gt;" in html and "not drawn (" not in html
 
 
 def test_report_empty_frame(tmp_path: Path) -> None:
-    html = build_report(to_frame([]), tmp_path / "empty.html").read_text(encoding="utf-8")
+    html = build_report(Run.of(to_frame([])), tmp_path / "empty.html").read_text(encoding="utf-8")
     assert "No result rows: nothing to plot" in html and "not drawn (" not in html
 
 
@@ -383,7 +405,7 @@ def in_json(text: str) -> str:
 def test_summary_names_the_fastest_variant_whatever_its_accuracy(tmp_path: Path) -> None:
     """full_softmax wins: the summary says so; identity is only the fastest *exact* variant, 7x slower."""
     rows = case_rows({"full_softmax": 100.0, "argmax_ones": 150.0, "identity": 700.0}, vocabs=(32000, 151936))
-    page = build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(to_frame(rows)), tmp_path / "r.html").read_text(encoding="utf-8")
     summary = section_of(page, "summary")
     assert "box · bfloat16: fastest variant: full_softmax (rounded) in 2 of 2 cells." in summary
     assert "Fastest exact variant: identity in 2 of 2 cells, median 0.14× against full_softmax" in summary
@@ -397,7 +419,7 @@ def test_summary_names_the_fastest_variant_whatever_its_accuracy(tmp_path: Path)
 def test_summary_when_an_exact_variant_wins_everything(tmp_path: Path) -> None:
     rows = case_rows({"full_softmax": 100.0, "argmax_ones": 60.0, "identity": 50.0})
     summary = section_of(
-        build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8"), "summary"
+        build_report(Run.of(to_frame(rows)), tmp_path / "r.html").read_text(encoding="utf-8"), "summary"
     )
     assert "fastest variant: identity (exact) in 1 of 1 cells" in summary
     assert "it is also the fastest variant of any accuracy in every cell" in summary
@@ -409,7 +431,7 @@ def test_unstable_cases_are_marked_in_tables_and_plots(tmp_path: Path) -> None:
         {"full_softmax": 100.0, "argmax_ones": 150.0, "identity": 700.0},
         unstable={"identity": True}, spread={"identity": 0.6},
     )  # fmt: skip
-    page = build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(to_frame(rows)), tmp_path / "r.html").read_text(encoding="utf-8")
     summary = section_of(page, "summary")
     assert ">identity 0.14× ⚠</td>" in summary and ">full_softmax (rounded)</td>" in summary
     assert "unstable in 1 of 1 logits distributions" in summary  # the cell's tooltip
@@ -422,7 +444,7 @@ def test_unstable_cases_are_marked_in_tables_and_plots(tmp_path: Path) -> None:
 
 def test_a_stable_run_on_an_idle_machine_has_no_warnings(tmp_path: Path) -> None:
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0}, other_cores=0.1)
-    page = build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(to_frame(rows)), tmp_path / "r.html").read_text(encoding="utf-8")
     assert 'id="warnings"' not in page and "⚠ " not in section_of(page, "summary")
 
 
@@ -434,7 +456,7 @@ def test_shared_machine_warning_from_the_rows(tmp_path: Path) -> None:
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0, "argmax_ones": 40.0}, other_cores=busy)
     write_tables(to_frame(rows), tmp_path)
     frame = load_many([tmp_path / "results.csv"])
-    page = build_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(frame), tmp_path / "r.html").read_text(encoding="utf-8")
     banner = page[page.index('<div class="banner" id="warnings"') : page.index("<nav>")]
     assert page.index('id="warnings"') < page.index("<section")  # above everything else
     assert (
@@ -443,7 +465,7 @@ def test_shared_machine_warning_from_the_rows(tmp_path: Path) -> None:
     )
     assert "up to 1.5" in banner
     notes = ["the machine was shared: other processes kept <2.0> of 2 cores busy"]
-    page = build_report(frame, tmp_path / "n.html", notes=notes).read_text(encoding="utf-8")
+    page = build_report(Run.of(frame, notes=notes), tmp_path / "n.html").read_text(encoding="utf-8")
     banner = page[page.index('id="warnings"') : page.index("<nav>")]
     assert "&lt;2.0&gt; of 2 cores" in banner and "shared machine: 2 of 3" in banner  # notes first, escaped
     assert banner.index("&lt;2.0&gt;") < banner.index("shared machine: 2 of 3")
@@ -458,7 +480,7 @@ def test_two_runs_of_one_device_stay_apart(tmp_path: Path) -> None:
         frame = to_frame(rows).drop(columns=["speedup_vs_full"])  # filled by the report, within each run
         paths.append(write_tables(frame, tmp_path / name)[0])
     frame = load_many(paths)
-    page = build_report(frame, tmp_path / "r.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(frame), tmp_path / "r.html").read_text(encoding="utf-8")
     summary = section_of(page, "summary")
     assert "box · 20261130-101010-vm · bfloat16: fastest variant: identity (exact)" in summary
     assert "box · 20261201-090909-vm · bfloat16: fastest variant: identity (exact)" in summary
@@ -477,10 +499,10 @@ def test_two_old_files_of_one_device_without_run_labels_stay_apart(tmp_path: Pat
         frame = to_frame(case_rows({"full_softmax": us, "identity": us / 2}, run=None)).drop(columns=["run"])
         frame.to_csv(tmp_path / name, index=False)
         paths.append(tmp_path / name)
-    page = build_report(load_many(paths), tmp_path / "r.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(load_many(paths)), tmp_path / "r.html").read_text(encoding="utf-8")
     summary = section_of(page, "summary")
     assert "box · monday.csv · bfloat16" in summary and "box · tuesday.csv · bfloat16" in summary
-    one = build_report(load_many(paths[:1]), tmp_path / "one.html").read_text(encoding="utf-8")
+    one = build_report(Run.of(load_many(paths[:1])), tmp_path / "one.html").read_text(encoding="utf-8")
     assert "box · bfloat16: fastest variant: identity (exact)" in section_of(one, "summary")
     assert "runs kept apart" not in one
 
@@ -493,14 +515,14 @@ def test_speedup_heatmap_shows_the_paired_band(tmp_path: Path) -> None:
         speedup_p80={"full_softmax": 1.0, "identity": 2.2},
         speedup_method="paired",
     )  # fmt: skip
-    page = build_report(to_frame(rows), tmp_path / "r.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(to_frame(rows)), tmp_path / "r.html").read_text(encoding="utf-8")
     heatmap = figure_of(page, "speedup-identity")
     assert in_json("1.90×<br>1.70-2.20") in heatmap and in_json("(paired, p20-p80 1.70-2.20×)") in heatmap
     assert "1 of 1 rows paired" in heatmap
     tip = 'title="identity: 50 µs, 1.90× (paired, p20-p80 1.70-2.20×)"'
     assert tip in section_of(page, "summary")
     unpaired = build_report(
-        to_frame(case_rows({"full_softmax": 100.0, "identity": 50.0})), tmp_path / "u.html"
+        Run.of(to_frame(case_rows({"full_softmax": 100.0, "identity": 50.0}))), tmp_path / "u.html"
     )
     text = unpaired.read_text(encoding="utf-8")
     assert "ratio of full_softmax&#39;s median to the variant&#39;s" in text and "(ratio of medians)" in text
@@ -516,31 +538,29 @@ def write_samples(folder: Path, rows: list[dict[str, object]], count: int = 40) 
 
 
 def test_load_samples_and_notes_beside_the_results(tmp_path: Path) -> None:
-    from perfsuite.results.read import load_samples, run_notes
-
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0})
     write_tables(to_frame(rows), tmp_path)
-    assert load_samples(tmp_path / "results.csv") is None and run_notes(tmp_path) == []
+    bare = load_run([tmp_path / "results.csv"])
+    assert bare.samples is None and bare.notes == []
     write_samples(tmp_path, rows, count=5)
     with (tmp_path / "samples.jsonl").open("a", encoding="utf-8") as f:
         f.write('{"case_id": "torn", "seco')  # an interrupted write: skipped
     (tmp_path / "run.json").write_text(json.dumps({"label": "r1", "notes": ["shared"]}), encoding="utf-8")
-    for where in (tmp_path / "results.csv", tmp_path, [tmp_path / "results.csv"]):
-        samples = load_samples(where)
-        assert samples is not None and list(samples.columns) == ["case_id", "run", "seconds"]
+    for where in (tmp_path / "results.csv", tmp_path):
+        samples = load_run([where]).samples
+        assert samples is not None and list(samples.columns) == ["case_id", "run", "seconds", "ref_seconds"]
         assert len(samples) == 2 and set(samples["run"]) == {"r1"} and len(samples["seconds"][0]) == 5
-    assert run_notes(tmp_path / "results.csv") == ["shared"]
+    assert load_run([tmp_path / "results.csv"]).notes == ["shared"]
     other = tmp_path / "other"
-    other.mkdir()
+    write_tables(to_frame(rows), other)
     (other / "run.json").write_text(json.dumps({"label": "r2", "notes": ["torn line"]}), encoding="utf-8")
-    assert run_notes([tmp_path, other]) == ["run r1: shared", "run r2: torn line"]
+    assert load_run([tmp_path, other]).notes == ["run r1: shared", "run r2: torn line"]
     (other / "run.json").unlink()
-    assert run_notes([tmp_path, other]) == ["run r1: shared"]  # two runs reported: which one it was
+    assert load_run([tmp_path, other]).notes == ["run r1: shared"]  # two runs reported: which one it was
 
 
 def test_distribution_figure_from_the_samples(tmp_path: Path) -> None:
     from perfsuite.report import distributions
-    from perfsuite.results.read import load_samples
 
     vocabs = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000)
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0}, vocabs=vocabs)
@@ -548,8 +568,7 @@ def test_distribution_figure_from_the_samples(tmp_path: Path) -> None:
     write_samples(tmp_path, rows)
     log = ResultsLog(tmp_path / "samples.jsonl")  # one case with many samples: thinned
     log.append({"case_id": rows[0]["case_id"], "run": "r1", "seconds": [1e-4] * 1000})
-    samples = load_samples(tmp_path / "results.csv")
-    page = build_report(load_many([tmp_path / "results.csv"]), tmp_path / "r.html", samples=samples)
+    page = build_report(load_run([tmp_path / "results.csv"]), tmp_path / "r.html")
     text = page.read_text(encoding="utf-8")
     figure = figure_of(text, "distributions")
     assert f"for {distributions.MAX_SHAPES} of the 8 shapes with raw samples" in figure
@@ -558,7 +577,7 @@ def test_distribution_figure_from_the_samples(tmp_path: Path) -> None:
     assert figure.count('"type":"box"') == 2 * distributions.MAX_SHAPES
     assert len(distributions.thin([1.0] * 1000)) == distributions.MAX_SAMPLES
     assert distributions.thin([3.0, 1.0, 2.0]) == [3.0, 1.0, 2.0]  # few: all, in the order taken
-    without = build_report(load_many([tmp_path / "results.csv"]), tmp_path / "w.html").read_text(
+    without = build_report(Run.of(load_many([tmp_path / "results.csv"])), tmp_path / "w.html").read_text(
         encoding="utf-8"
     )
     assert 'id="fig-distributions"' not in without and "not given the raw samples" in without
@@ -588,7 +607,7 @@ def shaped_rows() -> list[dict[str, object]]:
 
 
 def test_logits_shape_section_compares_a_file_with_the_generated_kinds(tmp_path: Path) -> None:
-    page = build_report(to_frame(shaped_rows()), tmp_path / "r.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(to_frame(shaped_rows())), tmp_path / "r.html").read_text(encoding="utf-8")
     starts = [page.index(f'<section id="{i}">') for i in ("parity", "logits-shape", "skipped")]
     assert starts == sorted(starts)
     shape = section_of(page, "logits-shape")
@@ -608,7 +627,7 @@ def test_results_without_shape_figures_have_no_shape_section(report_html: str, t
     to_frame(shaped_rows()).drop(columns=figures).to_csv(old, index=False)
     loaded = load_results(old)
     assert loaded["top1_prob"].isna().all() and loaded["topk_tie_rows"].dtype == "float64"
-    page = build_report(loaded, tmp_path / "old.html").read_text(encoding="utf-8")
+    page = build_report(Run.of(loaded), tmp_path / "old.html").read_text(encoding="utf-8")
     assert 'id="logits-shape"' not in page and "not drawn (" not in page
 
 

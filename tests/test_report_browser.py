@@ -22,6 +22,7 @@ from perfsuite import cli
 from perfsuite.compare.match import compare
 from perfsuite.report import build_report
 from perfsuite.report.compare_page import build_compare_page
+from perfsuite.results.run import Run
 from perfsuite.results.write import to_frame, write_tables
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
@@ -116,7 +117,7 @@ def test_report_of_two_machines_has_the_device_as_a_dimension(two_machines, tmp_
 def test_report_renders_every_plot_without_console_errors(two_machines, tmp_path):
     page = tmp_path / "report.html"
     frame = pd.concat([pd.read_csv(p) for p in two_machines], ignore_index=True)
-    build_report(frame, page, environment={"runtime": "CUDA 12.8"})
+    build_report(Run.of(frame), page, environment={"runtime": "CUDA 12.8"})
     expected = figure_divs(page.read_text(encoding="utf-8"))
     probe, dom, console = render(page, tmp_path)
     assert expected >= 8

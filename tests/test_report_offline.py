@@ -16,8 +16,8 @@ import pytest
 from test_report import synthetic_rows
 
 from perfsuite import cli
-from perfsuite.report import build_report, load_many, plots_available
-from perfsuite.results.read import load_samples
+from perfsuite.report import build_report, plots_available
+from perfsuite.results.run import load_run
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 
 WITHOUT_PLOTLY = (
@@ -170,10 +170,10 @@ def test_report_without_plotly_has_a_note_per_figure(pages: tuple[str, str]) -> 
 
 BUILD_WITHOUT_PLOTLY = (
     "import sys; sys.modules['plotly'] = None; "
-    "from perfsuite.report import build_report, load_many; "
-    "from perfsuite.results.read import load_samples; "
+    "from perfsuite.report import build_report; "
+    "from perfsuite.results.run import load_run; "
     "results = sys.argv[1]; "
-    "build_report(load_many([results]), sys.argv[2], samples=load_samples(results))"
+    "build_report(load_run([results]), sys.argv[2])"
 )
 
 
@@ -191,7 +191,7 @@ def test_distribution_figure_becomes_a_note_without_plotly(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr[-3000:]
     page = offline.read_text(encoding="utf-8")
     assert f"distribution of the timed samples: {MISSING_FIGURE}" in page and "not drawn (" not in page
-    build_report(load_many([tmp_path / "results.csv"]), full, samples=load_samples(tmp_path / "results.csv"))
+    build_report(load_run([tmp_path / "results.csv"]), full)
     drawn = full.read_text(encoding="utf-8")
     assert 'id="fig-distributions"' in drawn and "distribution of the timed samples: " not in drawn
     assert tables(page) == tables(drawn)
@@ -210,7 +210,7 @@ def test_compare_page_without_plotly(run_dir: Path, tmp_path: Path) -> None:
     page = out.read_text(encoding="utf-8")
     assert NOT_INSTALLED in page and "perfsuite compare BASE NEW --out FILE.html" in page
     assert "<script" not in page and "plotly-graph-div" not in page
-    assert "FAIL:" in page and "<th>p20/p80 band</th>" in page and ">1.2</td>" in page
+    assert "FAIL:" in page and "<th>99 % interval</th>" in page and ">1.2</td>" in page
     assert page.count(MISSING_FIGURE) == 1
 
 

@@ -13,15 +13,9 @@ import pytest
 import torch
 
 from perfsuite import cli
-from perfsuite.results import read, sweep_shards
-from perfsuite.results.schema import (
-    DRAFT_COLUMNS,
-    FORMAT_COLUMN,
-    FORMAT_HISTORY,
-    FORMAT_VERSION,
-    RESULT_COLUMNS,
-    TP_COLUMNS,
-)
+from perfsuite.results import columns, read, sweep_shards
+from perfsuite.results.columns import COLUMNS, FORMAT_COLUMN, FORMAT_HISTORY, FORMAT_VERSION, RUN_COLUMNS
+from perfsuite.results.run import load_run
 from perfsuite.results.write import ResultsLog, to_frame
 
 SCENARIO = """
@@ -99,48 +93,51 @@ def _one_error_line(err: str) -> str:
 def test_the_history_names_every_version_and_the_column_is_documented_last():
     assert sorted(FORMAT_HISTORY) == list(range(1, FORMAT_VERSION + 1))
     assert all(FORMAT_HISTORY[v].strip() for v in FORMAT_HISTORY)
-    assert list(RESULT_COLUMNS)[-1] == FORMAT_COLUMN and list(DRAFT_COLUMNS)[-1] == FORMAT_COLUMN
+    assert COLUMNS[-1].name == FORMAT_COLUMN
 
 
 def test_rows_tables_and_run_json_carry_the_format(run_folder: Path):
-    for name in ("results.jsonl", "draft.jsonl", "samples.jsonl"):
+    for name in ("results.jsonl", "draft.jsonl"):  # the run's columns, the format among them: in run.json
         rows = _jsonl(run_folder / name)
-        assert rows and all(row[FORMAT_COLUMN] == FORMAT_VERSION for row in rows), name
-    results = pd.read_csv(run_folder / "results.csv")
-    assert list(results.columns) == list(RESULT_COLUMNS) and (results[FORMAT_COLUMN] == FORMAT_VERSION).all()
-    draft = pd.read_csv(run_folder / "draft.csv")
-    assert list(draft.columns) == list(DRAFT_COLUMNS) and (draft[FORMAT_COLUMN] == FORMAT_VERSION).all()
+        assert rows and not any(set(row) & set(RUN_COLUMNS) for row in rows), name
+    assert all(row[FORMAT_COLUMN] == FORMAT_VERSION for row in _jsonl(run_folder / "samples.jsonl"))
+    for table in ("results.csv", "draft.csv"):
+        assert list(pd.read_csv(run_folder / table).columns) == columns.table_columns(table)
     manifest = json.loads((run_folder / "run.json").read_text())
     assert next(iter(manifest)) == FORMAT_COLUMN and manifest[FORMAT_COLUMN] == FORMAT_VERSION
-    assert (read.load_results(run_folder)[FORMAT_COLUMN] == FORMAT_VERSION).all()
+    assert set(manifest["constants"]) == set(RUN_COLUMNS)
+    run = load_run([run_folder])
+    for table in (run.frame, run.tables["draft.csv"]):
+        assert (table[FORMAT_COLUMN] == FORMAT_VERSION).all() and (table["backend"] == "cpu").all()
 
 
 def test_a_tensor_parallel_row_is_stamped_where_it_is_logged(tmp_path: Path):
     log = ResultsLog(tmp_path / "tp" / "tp2.jsonl")  # the workers' log, read back by the launcher
-    row = {"variant": "sharded_torch", "tp": 2, "status": "ok", **dict.fromkeys(TP_COLUMNS, 1)}
+    row = {
+        "variant": "sharded_torch",
+        "tp": 2,
+        "status": "ok",
+        **dict.fromkeys(["comm_gbps", "parity_ranks"], 1),
+    }
     log.append(row)
     assert FORMAT_COLUMN not in row  # the caller's row is left as it was
     (logged,) = log.read()
     assert logged[FORMAT_COLUMN] == FORMAT_VERSION
-    columns = list(to_frame([logged]).columns)
-    assert columns == [*RESULT_COLUMNS, *TP_COLUMNS]  # the schema's columns first, the tp extras after
+    assert list(to_frame([logged]).columns) == columns.table_columns("results.csv", run=True)
 
 
 def test_an_unversioned_file_reads_as_format_1_as_before(run_folder: Path, tmp_path: Path):
-    csv = tmp_path / "old.csv"
-    pd.read_csv(run_folder / "results.csv").drop(columns=[FORMAT_COLUMN]).to_csv(csv, index=False)
+    now = load_run([run_folder]).frame
+    csv = tmp_path / "old.csv"  # every column on every row, no format_version: format 1
+    now.drop(columns=[FORMAT_COLUMN]).to_csv(csv, index=False)
     jsonl = tmp_path / "old.jsonl"
-    _write_jsonl(
-        jsonl,
-        [{k: v for k, v in r.items() if k != FORMAT_COLUMN} for r in _jsonl(run_folder / "results.jsonl")],
-    )
-    now = read.load_results(run_folder / "results.csv")
+    _write_jsonl(jsonl, json.loads(now.drop(columns=[FORMAT_COLUMN]).to_json(orient="records")))
     for path in (csv, jsonl):
-        old = read.load_results(path)
+        old = load_run([path]).frame
         assert (old[FORMAT_COLUMN] == 1).all()
-        keep = ["case_id", "variant", "status", "median_us", "verdict", "tp"]
+        keep = ["case_id", "variant", "status", "median_us", "verdict", "tp", "device", "torch"]
         pd.testing.assert_frame_equal(old[keep], now[keep])
-    mixed = read.load_many([csv, run_folder / "results.csv"])  # known formats mix in one merge
+    mixed = load_run([csv, run_folder / "results.csv"]).frame  # known formats mix in one merge
     assert sorted(mixed[FORMAT_COLUMN]) == [1, FORMAT_VERSION]
 
 
@@ -149,15 +146,19 @@ def test_a_newer_format_is_refused_in_one_line(run_folder: Path, tmp_path: Path)
     frame = pd.read_csv(run_folder / "results.csv")
     frame.assign(**{FORMAT_COLUMN: NEWER}).to_csv(newer, index=False)
     with pytest.raises(read.FormatTooNew) as caught:
-        read.load_results(newer)
+        _load(newer)
     assert str(caught.value) == f"{newer}: {REFUSAL}: upgrade perfsuite, or re-run with this perfsuite"
     mixed = tmp_path / "mixed.jsonl"  # one newer row is enough
     rows = _jsonl(run_folder / "results.jsonl")
     _write_jsonl(mixed, [*rows, {**rows[0], FORMAT_COLUMN: NEWER}])
     with pytest.raises(read.FormatTooNew, match=re.escape(REFUSAL)):
-        read.load_results(mixed)
+        _load(mixed)
     with pytest.raises(ValueError, match="'x' is not a result format"):
-        read.load_results(_with_format(run_folder, tmp_path, "x"))
+        _load(_with_format(run_folder, tmp_path, "x"))
+
+
+def _load(path: Path) -> pd.DataFrame:
+    return load_run([path]).frame
 
 
 def _with_format(run_folder: Path, tmp_path: Path, value: object) -> Path:
@@ -205,26 +206,28 @@ def test_a_newer_draft_table_is_refused(run_folder: Path, tmp_path: Path):
     path = tmp_path / "draft.csv"
     pd.read_csv(run_folder / "draft.csv").assign(**{FORMAT_COLUMN: NEWER}).to_csv(path, index=False)
     with pytest.raises(read.FormatTooNew):
-        read.read_table(path)
-    assert len(read.read_table(run_folder / "draft.csv")) == 1
+        read.read_rows(path)
+    assert len(read.read_rows(run_folder / "draft.csv")) == 1
 
 
 def test_resume_continues_a_format_1_run(run_folder: Path, scenario: Path, tmp_path: Path):
     out = _copy(run_folder, tmp_path)
     manifest = json.loads((out / "run.json").read_text())
-    (out / "run.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != FORMAT_COLUMN}))
-    old = [{k: v for k, v in r.items() if k != FORMAT_COLUMN} for r in _jsonl(out / "results.jsonl")]
+    old_manifest = {k: v for k, v in manifest.items() if k not in (FORMAT_COLUMN, "constants")}
+    (out / "run.json").write_text(json.dumps(old_manifest))
+    constants = {k: v for k, v in manifest["constants"].items() if k != FORMAT_COLUMN}
+    old = [{**r, **constants} for r in _jsonl(out / "results.jsonl")]  # format 1: every column on every row
     _write_jsonl(out / "results.jsonl", old)
-    logged = (out / "results.jsonl").read_text()
     (out / "draft.jsonl").write_text("")  # the draft case runs again, in this format
     threads = torch.get_num_threads()
     try:
         assert cli.main(["run", str(scenario), "--out", str(out), "--no-progress", "--resume"]) == 0
     finally:
         torch.set_num_threads(threads)
-    assert (out / "results.jsonl").read_text() == logged  # the format-1 rows kept as they were
-    assert (read.load_results(out)[FORMAT_COLUMN] == 1).all()
-    assert (pd.read_csv(out / "draft.csv")[FORMAT_COLUMN] == FORMAT_VERSION).all()
+    kept = _jsonl(out / "results.jsonl")  # the format-1 rows kept as they were, their format said
+    assert [{k: v for k, v in r.items() if k != FORMAT_COLUMN} for r in kept] == old
+    assert all(r[FORMAT_COLUMN] == 1 for r in kept) and (_load(out)[FORMAT_COLUMN] == 1).all()
+    assert (load_run([out]).tables["draft.csv"][FORMAT_COLUMN] == FORMAT_VERSION).all()
     assert json.loads((out / "run.json").read_text())[FORMAT_COLUMN] == FORMAT_VERSION
 
 

@@ -12,7 +12,8 @@ import torch
 from perfsuite import cli, variants
 from perfsuite.cases.kernel.kernel_runner import KernelRunner
 from perfsuite.measure import memory
-from perfsuite.results.schema import RESULT_COLUMNS as COLUMNS
+from perfsuite.results import columns
+from perfsuite.results.run import load_run
 from perfsuite.variants.base import Variant
 
 SCENARIO = """
@@ -52,7 +53,7 @@ def test_run_writes_every_file_with_the_schema(tmp_path, capsys):
     for name in ("results.csv", "results.json", "results.jsonl", "edge_cases.csv", "report.html"):
         assert (out / name).stat().st_size > 0, name
     frame = pd.read_csv(out / "results.csv")
-    assert list(frame.columns) == list(COLUMNS)
+    assert list(frame.columns) == columns.table_columns("results.csv")  # the run's columns: in run.json
     assert len(frame) == 3 * 2 * 2 * 2
     graph = frame[frame["path"] == "graph"]
     assert (
@@ -65,7 +66,10 @@ def test_run_writes_every_file_with_the_schema(tmp_path, capsys):
     assert (eager[eager["variant"] == "full_softmax"]["speedup_vs_full"] == 1.0).all()
     assert (eager["bytes_model"] >= eager["bytes_ideal"]).all() and (eager["peak_temp_bytes"] >= 0).all()
     assert set(frame[frame["batch"] == 0]["verdict"].dropna()) <= {"n/a"}
-    assert frame["backend"].eq("cpu").all() and frame["torch"].eq(torch.__version__).all()
+    constants = json.loads((out / "run.json").read_text())["constants"]
+    assert constants["backend"] == "cpu" and constants["torch"] == torch.__version__
+    loaded = load_run([out]).frame  # the loader joins them back to every row
+    assert loaded["backend"].eq("cpu").all() and loaded["torch"].eq(torch.__version__).all()
     assert json.loads((out / "results.json").read_text())[0]["case_id"]
     assert "report.html" in capsys.readouterr().out
 
@@ -81,7 +85,7 @@ def crashing_select(logits: torch.Tensor, k: int):
 
 @pytest.fixture
 def extra_variants(monkeypatch):
-    registry = dict(variants._load())
+    registry = {name: variants.get(name) for name in variants.names()}
     for name, select in (("broken", broken_select), ("crashing", crashing_select)):
         base = variants.get("identity")
         registry[name] = Variant(name, select, "exact", base.traffic, name)
@@ -91,7 +95,7 @@ def extra_variants(monkeypatch):
 def test_an_exact_variant_failing_parity_exits_1_after_writing_everything(tmp_path, extra_variants, capsys):
     code, out = run(tmp_path, names=["identity", "broken"])
     assert code == 1
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     broken = frame[(frame["variant"] == "broken") & (frame["status"] == "ok") & (frame["batch"] == 3)]
     assert set(broken["verdict"]) == {"fail"} and (out / "report.html").exists()
     assert "PARITY FAILURE" in capsys.readouterr().err
@@ -114,7 +118,7 @@ def test_an_indices_only_selector_with_wrong_indices_fails_the_run(tmp_path, mon
     monkeypatch.syspath_prepend(str(tmp_path))
     code, out = run(tmp_path, names=["identity", "wrong_kernels:wrong_argmax"])
     assert code == 1
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     wrong = frame[(frame["variant"] == "wrong_kernels:wrong_argmax") & (frame["status"] == "ok")]
     assert set(wrong[wrong["batch"] == 3]["verdict"]) == {"fail"}
     assert set(wrong["accuracy"]) == {"inexact"}
@@ -124,7 +128,7 @@ def test_an_indices_only_selector_with_wrong_indices_fails_the_run(tmp_path, mon
 def test_a_crashing_case_is_recorded_and_the_sweep_goes_on(tmp_path, extra_variants):
     code, out = run(tmp_path, names=["crashing", "identity"])
     assert code == 0
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     crashed = frame[(frame["variant"] == "crashing") & (frame["path"] == "eager") & (frame["batch"] == 3)]
     assert set(crashed["status"]) == {"error"}
     assert crashed["reason"].eq("RuntimeError: kernel exploded").all()
@@ -134,7 +138,7 @@ def test_a_crashing_case_is_recorded_and_the_sweep_goes_on(tmp_path, extra_varia
 def test_shapes_that_do_not_fit_are_skipped_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
     code, out = run(tmp_path)
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     assert code == 0
     eager = frame[(frame["path"] == "eager") & (frame["batch"] == 3)]
     assert set(eager["status"]) == {"skipped"} and eager["reason"].str.contains("GiB of cpu memory").all()
@@ -155,10 +159,10 @@ def test_interrupted_runs_keep_their_rows_and_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(KernelRunner, "run_in_turn", interrupt_third)
     code, out = run(tmp_path)
     assert code == 130
-    assert 0 < calls["rows"] == len(pd.read_csv(out / "results.csv")) and (out / "report.html").exists()
+    assert 0 < calls["rows"] == len(load_run([out]).frame) and (out / "report.html").exists()
     monkeypatch.setattr(KernelRunner, "run_in_turn", original)
     code, out = run(tmp_path, "--resume")
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     assert code == 0 and len(frame) == 24 and frame["case_id"].is_unique
     assert frame["run"].nunique() == 1  # a resumed run is the same run
 
@@ -245,7 +249,7 @@ def test_one_run_covers_kernels_tensor_parallel_and_the_draft_loop(tmp_path, cap
     path.write_text(MIXED)
     out = tmp_path / "out"
     assert cli.main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     assert set(frame["tp"]) == {1, 2} and set(frame["status"]) == {"ok"}, frame[["case_id", "reason"]]
     tp = frame[frame["tp"] == 2].set_index("variant")
     assert set(tp["verdict"]) == {"pass"} and tp.loc["allgather_full_softmax", "speedup_vs_full"] == 1.0

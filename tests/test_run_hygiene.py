@@ -18,6 +18,7 @@ from perfsuite.core import machine, settings
 from perfsuite.core.settings import Timing
 from perfsuite.measure import memory, timing
 from perfsuite.results import run_dir
+from perfsuite.results.run import load_run
 from perfsuite.results.write import ResultsLog
 
 SCENARIO = """
@@ -61,7 +62,7 @@ def run(tmp_path: Path, *args: str, extra: str = "") -> tuple[int, Path]:
 def test_a_run_records_threads_machine_state_paired_speedups_and_raw_samples(tmp_path, capsys):
     code, out = run(tmp_path, "--label", "first")
     assert code == 0
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     assert (frame["threads"] == 1).all() and torch.get_num_threads() == 1  # the default: one thread
     assert frame["run"].eq("first").all() and frame["settings"].nunique() == 1
     for column in ("cpu_model", "cores", "other_cores", "load_avg", "spread", "unstable"):
@@ -88,9 +89,9 @@ def test_a_run_records_threads_machine_state_paired_speedups_and_raw_samples(tmp
 
 def test_threads_setting_and_override(tmp_path):
     code, out = run(tmp_path, extra="threads = 2")
-    assert code == 0 and (pd.read_csv(out / "results.csv")["threads"] == 2).all()
+    assert code == 0 and (load_run([out]).frame["threads"] == 2).all()
     code, out = run(tmp_path, "--threads", "1", extra="threads = 2")
-    assert code == 0 and (pd.read_csv(out / "results.csv")["threads"] == 1).all()
+    assert code == 0 and (load_run([out]).frame["threads"] == 1).all()
 
 
 def test_bad_threads_are_usage_errors(tmp_path, capsys):
@@ -103,7 +104,7 @@ def test_bad_threads_are_usage_errors(tmp_path, capsys):
 
 def test_only_selects_cases_by_glob(tmp_path):
     code, out = run(tmp_path, "--only", "identity/*/k4/*")
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     assert code == 0 and list(frame["case_id"]) == ["identity/eager/float32/V1000/B2/k4/gaussian"]
 
 
@@ -120,7 +121,7 @@ def test_a_rerun_moves_the_earlier_run_aside_and_never_mixes_it_in(tmp_path, cap
         and (kept / "draft.csv").exists()
     )
     assert len(pd.read_csv(kept / "results.csv")) == 6
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     assert set(frame["run"]) == {"new"} and len(frame) == 2
     assert not (out / "draft.csv").exists()  # the older file never leaks into the new report
     page = (out / "report.html").read_text()
@@ -144,7 +145,7 @@ def test_resume_drops_a_torn_last_line_with_a_warning(tmp_path, capsys):
     log.write_text(log.read_text() + '{"case_id": "argmax_ones/eager/flo')  # a write cut short
     code, out = run(tmp_path, "--resume")
     assert code == 0 and "dropped a torn last line" in capsys.readouterr().err
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame
     assert len(frame) == 6 and frame["case_id"].is_unique and frame["run"].nunique() == 1
 
 

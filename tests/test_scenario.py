@@ -14,14 +14,6 @@ from perfsuite.scenario.load import ScenarioError
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["quick", "models"])
-def test_shipped_scenarios_load(name):
-    s = scenario.load(ROOT / "scenarios" / f"{name}.toml")
-    cases = scenario.expand(s)
-    assert s.name == name and cases
-    assert len({c.case_id for c in cases}) == len(cases)
-
-
 def test_models_sweeps_the_real_vocabularies():
     s = scenario.load(ROOT / "scenarios" / "models.toml")
     main = s.sweeps[0]

@@ -13,6 +13,7 @@ import tomllib
 from perfsuite import cli
 from perfsuite.cases.kernel import unit as unit_of
 from perfsuite.results import sweep_shards
+from perfsuite.results.run import load_run
 from perfsuite.scenario.load import expand, parse
 
 SCENARIO = """
@@ -92,12 +93,12 @@ def test_shards_run_apart_and_merge_into_one_run(tmp_path, capsys):
     assert (out / folders[0] / "edge_cases.csv").exists()  # the per-run extras run in shard 0 only
     assert not (out / folders[1] / "edge_cases.csv").exists()
 
-    merged = sweep_shards.load([out])
+    merged = load_run([out])
     assert merged is not None and len(merged.frame) == 8
     assert set(merged.frame["run"]) == {"job7"}
     assert not [note for note in merged.notes if "shard" in note]  # none missing, same labels
     assert merged.samples is not None and set(merged.samples["run"]) == {"job7"}
-    assert merged.edge_cases is not None
+    assert len(merged.tables["edge_cases.csv"])
     others = merged.frame[merged.frame["variant"] == "argmax_ones"]  # paired within their shard's shape
     assert len(others) == 4 and set(others["speedup_method"]) == {"paired"}
 
@@ -125,7 +126,7 @@ def test_merge_refuses_shards_of_other_settings_or_twice_and_notes_a_missing_one
     code = cli.main(["report", str(a / "shard-0-of-3"), str(a / "shard-0-of-3" / "results.csv")])
     assert code == cli.EXIT_USAGE and "given twice" in capsys.readouterr().err
 
-    merged = sweep_shards.load([a])
+    merged = load_run([a])
     assert merged is not None
     assert any("shards 1 of 3 are missing" in note for note in merged.notes)
 
@@ -142,7 +143,7 @@ def test_a_shard_stopped_before_its_first_row_is_noted_and_the_others_merge(tmp_
         (stopped / name).unlink(missing_ok=True)
     (stopped / "results.json").write_text("[]\n")  # as the SIGTERM handler leaves it
     assert sweep_shards.wrote_no_row(stopped) and not sweep_shards.wrote_no_row(out / "shard-0-of-3")
-    merged = sweep_shards.load([out])
+    merged = load_run([out])
     assert merged is not None and stopped not in merged.folders and len(merged.folders) == 2
     assert set(merged.frame["source"]) == {"shard-0-of-3", "shard-2-of-3"}
     assert any("shards 1 of 3 stopped before their first row" in note for note in merged.notes)

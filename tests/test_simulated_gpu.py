@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from perfsuite.core import machine
 from perfsuite.core.settings import Timing
 from perfsuite.kernels import plan as plans
 from perfsuite.measure import device, execution, memory, timing
+from perfsuite.results.run import load_run
 from perfsuite.scenario import inputs
 from perfsuite.simulated_gpu import runtime
 from perfsuite.tools import profiling
@@ -81,13 +83,8 @@ def test_uninstall_gives_the_cpu_back():
 
 
 def test_unknown_model_is_one_clear_line():
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfsuite", "variants"],
-        env={**os.environ, simulated_gpu.ENV: "a100"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    command, env = [sys.executable, "-m", "perfsuite", "variants"], {**os.environ, simulated_gpu.ENV: "a100"}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "unknown simulated GPU 'a100'; known: h200, mi300x" in proc.stderr
 
@@ -122,25 +119,16 @@ def _refused(step) -> str:
     return str(first)
 
 
-def test_capture_refuses_host_syncs_and_uploads(gpu):
-    x = torch.randn(4, 64, device="cuda")
-    host = torch.ones(4, 64)
-    breaking = {
-        ".item()": lambda: x.sum().item(),
-        "bool()": lambda: bool(x.max() > 0),
-        ".cpu()": lambda: x.cpu(),
-        ".tolist()": lambda: x[0].tolist(),
-        "nonzero": lambda: x.nonzero(),
-        "synchronize": lambda: torch.cuda.synchronize(),
-        "upload": lambda: host.to("cuda"),
-        "torch.tensor": lambda: torch.tensor([1.0, 2.0], device="cuda"),
-    }
-    for what, step in breaking.items():
-        assert _refused(step), what
-    assert x.sum().item() == pytest.approx(float(x.cpu().sum()))  # outside a capture they are fine
-
-
-DATA_DEPENDENT = {
+REFUSED = {  # what CUDA refuses in a capture, on x (a [4, 8] device tensor), and what the error names
+    ".item()": (lambda x: x.sum().item(), "item copies a device value to the host"),
+    "bool()": (lambda x: bool(x.max() > 0), "__bool__ copies a device value"),
+    ".cpu()": (lambda x: x.cpu(), "cpu copies device memory to the host"),
+    ".tolist()": (lambda x: x[0].tolist(), "tolist copies a device value"),
+    "nonzero": (lambda x: x.nonzero(), "nonzero copies a device value"),
+    "synchronize": (lambda x: torch.cuda.synchronize(), "torch.cuda.synchronize"),
+    "upload": (lambda x: torch.ones(4, 8).to("cuda"), "to copies pageable host memory to the device"),
+    "torch.tensor": (lambda x: torch.tensor([1.0, 2.0], device="cuda"), "tensor copies pageable host memory"),
+    # output sizes that depend on device data, whatever Python reaches them through (indexing calls aten)
     "x[x > 0]": (lambda x: x[x > 0], "boolean mask"),
     "x[mask, :2]": (lambda x: x[x[:, 0] > 0, :2], "boolean mask"),
     "x[mask] = values": (lambda x: x.__setitem__(x > 0, x.abs()[x > 0]), "boolean mask"),
@@ -148,33 +136,21 @@ DATA_DEPENDENT = {
     "argwhere": (lambda x: torch.argwhere(x), "aten.nonzero"),
     "unique_consecutive": (lambda x: torch.unique_consecutive(x), "aten.unique_consecutive"),
     "masked_select": (lambda x: x.masked_select(x > 0), "copies a device value"),
-}
-HOST_INDEX = {
-    "x[torch.tensor([0, 2])]": lambda x: x[torch.tensor([0, 2])],
-    "x[[0, 2]]": lambda x: x[[0, 2]],
-    "x[:, [1, 3]]": lambda x: x[:, [1, 3]],
-    "x[host] = 0": lambda x: x.__setitem__(torch.tensor([1]), 0.0),
+    # a host tensor or a Python list as an index is copied to the device first: a pageable upload
+    "x[torch.tensor([0, 2])]": (lambda x: x[torch.tensor([0, 2])], "an index on the host"),
+    "x[[0, 2]]": (lambda x: x[[0, 2]], "an index on the host"),
+    "x[:, [1, 3]]": (lambda x: x[:, [1, 3]], "an index on the host"),
+    "x[host] = 0": (lambda x: x.__setitem__(torch.tensor([1]), 0.0), "an index on the host"),
 }
 
 
-@pytest.mark.parametrize("what", DATA_DEPENDENT)
-def test_capture_refuses_ops_whose_output_size_depends_on_device_data(gpu, what):
-    """Boolean-mask indexing and the nonzero family read a size back to the host: CUDA refuses them in a
-    capture whatever Python reaches them through (indexing calls aten directly)."""
-    step, reason = DATA_DEPENDENT[what]
+def test_capture_refuses_host_syncs_uploads_and_sizes_read_back(gpu):
     x = torch.randn(4, 8, device="cuda")
     x[0, 0] = 1.0
-    step(x.clone())  # fine outside a capture
-    assert reason in _refused(lambda: step(x))
-
-
-@pytest.mark.parametrize("what", HOST_INDEX)
-def test_capture_refuses_an_index_on_the_host(gpu, what):
-    """A host tensor or a Python list as an index is copied to the device first: a pageable upload."""
-    step, x = HOST_INDEX[what], torch.randn(4, 8, device="cuda")
-    eager = step(x.clone())
-    assert eager is None or eager.is_cuda  # fine outside a capture
-    assert "an index on the host" in _refused(lambda: step(x))
+    for what, (step, reason) in REFUSED.items():
+        eager = step(x.clone())  # fine outside a capture, and on the device
+        assert not isinstance(eager, torch.Tensor) or eager.is_cuda or what == ".cpu()", what
+        assert reason in _refused(functools.partial(step, x)), what
 
 
 def test_both_simulated_gpus_refuse_the_two_patterns(simulated):
@@ -233,11 +209,8 @@ def test_a_failed_capture_leaves_nothing_behind(gpu):
     """A failed capture, then a good one in the same process: the second records only its own work,
     replays right, and the memory the failed one wrote has its old contents back."""
     x = torch.arange(8.0, device="cuda")
-    static = torch.zeros(8, device="cuda")
-    with (
-        pytest.raises(execution.GraphCaptureError, match="boolean mask"),
-        execution.capturing(torch.cuda.CUDAGraph(), gpu),
-    ):
+    static, failed = torch.zeros(8, device="cuda"), torch.cuda.CUDAGraph()
+    with pytest.raises(execution.GraphCaptureError, match="boolean mask"), execution.capturing(failed, gpu):
         static.copy_(x + 1)
         static[static > 3].sum()
     assert torch.equal(static, torch.zeros(8, device="cuda"))
@@ -250,10 +223,6 @@ def test_a_failed_capture_leaves_nothing_behind(gpu):
     assert runtime.state().kernels == kernels_before  # a capture runs nothing that counts
     graph.replay()
     assert torch.equal(static, x * 3)
-
-
-def test_capture_needs_a_side_stream(gpu):
-    graph = torch.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match="must be captured on a non-default stream"):
         graph.capture_begin()
     assert runtime.state().capture is None
@@ -280,9 +249,7 @@ def test_every_capture_routine_restores_the_stream_when_capture_fails(gpu):
     assert torch.cuda.current_stream() is not default  # what the routines must undo
     torch.cuda.set_stream(default)
 
-    with pytest.raises(
-        execution.GraphCaptureError, match=r"graph capture failed: CaptureViolation: .*\.item"
-    ):
+    with pytest.raises(execution.GraphCaptureError, match=r"graph capture failed: CaptureViolation: .*.item"):
         execution.prepare("graph", _syncs, logits, 1)
     assert torch.cuda.current_stream() is default, "execution.GraphCall"
 
@@ -383,7 +350,7 @@ def test_run_every_variant_eager_and_graph(simulated, tmp_path):
     scenario = _scenario(tmp_path, l2)
     out = tmp_path / "out"
     assert cli.main(["run", str(scenario), "--out", str(out), "--no-progress"]) == 0
-    frame = pd.read_csv(out / "results.csv")
+    frame = load_run([out]).frame  # the run's constants (device, simulated) joined back from run.json
     assert len(frame) == 36
     compiled = frame[frame["path"] == "compile"]
     assert set(compiled["status"]) == {"skipped"}
@@ -401,9 +368,8 @@ def test_run_every_variant_eager_and_graph(simulated, tmp_path):
     assert measured["reference"].str.startswith("logits exp, ").all() and measured["vs_ref"].gt(0).all()
     same = compare(load_side(out), load_side(out), 0.05).table
     timed = same[same["base_status"] == "ok"]
-    assert len(timed) == len(measured) and timed["by_reference"].all()
-    assert timed["ref_rule"].ne("").all()  # a rank test, a band, or an unstable row: never nothing
-    assert timed["ref_judged_ratio"].eq(1).all() and set(timed["outcome"]) == {"same"}
+    assert len(timed) == len(measured) and timed["witness"].str.startswith("vs reference, ").all()
+    assert timed["shift"].eq(1).all() and set(timed["outcome"]) == {"same"}
     assert (out / "edge_cases.csv").exists()
     html = (out / "report.html").read_text()
     assert 'id="simulated"' in html and f"Simulated GPU ({simulated.name})" in html
@@ -417,9 +383,9 @@ def test_the_env_switch_runs_any_command_simulated(tmp_path):
     command = [sys.executable, "-m", "perfsuite", "run", str(scenario), "--out", str(out), "--no-progress"]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert {r["backend"] for r in rows} == {"rocm"} and all(r["simulated"] for r in rows)
-    assert {r["status"] for r in rows if r["path"] != "compile"} == {"ok"}
+    rows = load_run([out]).frame
+    assert set(rows["backend"]) == {"rocm"} and rows["simulated"].all()
+    assert set(rows.loc[rows["path"] != "compile", "status"]) == {"ok"}
 
 
 def test_tune_fills_its_table_on_the_graph_path(gpu, tmp_path):
@@ -439,22 +405,16 @@ def test_tune_fills_its_table_on_the_graph_path(gpu, tmp_path):
     assert json.loads(table.read_text())["device"].endswith("(simulated)")
 
 
-@pytest.mark.parametrize(
-    "module", ["test_run.py", "test_profiling.py", "test_counters.py", "test_long_runs.py"]
-)
-def test_tests_with_cpu_expectations_name_the_cpu(module):
+def test_tests_with_cpu_expectations_name_the_cpu():
     """Finding 4: scenarios left at device "auto" ran on the GPU with CPU expectations (and ncu twice)."""
     import ast
 
-    tree = ast.parse((Path(__file__).parent / module).read_text())
-    scenarios = [
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "sweep]" in node.value
-    ]
-    assert scenarios
-    for text in scenarios:
-        assert 'device = "cpu"' in text, text[:80]
+    for module in ("test_run.py", "test_profiling.py", "test_counters.py", "test_long_runs.py"):
+        nodes = ast.walk(ast.parse((Path(__file__).parent / module).read_text()))
+        scenarios = [n.value for n in nodes if isinstance(n, ast.Constant) and "sweep]" in str(n.value)]
+        assert scenarios, module
+        for text in scenarios:
+            assert 'device = "cpu"' in text, (module, text[:80])
 
 
 def test_a_capture_computes_nothing_that_lasts(gpu):

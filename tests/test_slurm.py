@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.results import sweep_shards
+from perfsuite.results.run import load_run
 from perfsuite.scenario.load import expand, load
 
 ROOT = Path(__file__).parents[1]
@@ -84,7 +84,14 @@ PartitionName=local Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
 
 
 def _pids(folder: Path) -> list[int]:
-    return [int(p.read_text()) for p in folder.glob("*.pid") if p.read_text().strip().isdigit()]
+    """The daemons' pids; a pid file removed as its daemon exits (between the glob and the read) is none."""
+    texts = []
+    for path in folder.glob("*.pid"):
+        try:
+            texts.append(path.read_text().strip())
+        except FileNotFoundError:
+            continue
+    return [int(t) for t in texts if t.isdigit()]
 
 
 def _alive(pid: int) -> bool:
@@ -159,7 +166,7 @@ def _wait_gone(job: str, env: dict[str, str], timeout: float = 240) -> None:
 
 
 def _merged_ids(out: Path) -> list[str]:
-    merged = sweep_shards.load([out])
+    merged = load_run([out])
     assert merged is not None
     return list(merged.frame["case_id"])
 

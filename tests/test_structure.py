@@ -134,8 +134,6 @@ def test_few_modules_at_the_top():
 SMALL_MODULE = 40
 SMALL_BY_DESIGN = {
     "perfsuite.variants.argmax_ones": "a built-in variant: one module each, found by name",
-    "perfsuite.variants.tensor_parallel.allgather_identity": "a tensor-parallel variant, found by name",
-    "perfsuite.variants.tensor_parallel.allgather_full_softmax": "a tensor-parallel variant, found by name",
     "perfsuite.variants.ordering": "the suite's tie order, shared by parity, identity, the draft loop, tp",
     "perfsuite.core.dtypes": "the dtype names every layer shares (kernels, scenario, results, cases)",
 }
@@ -195,7 +193,7 @@ def test_every_case_kind_part_resolves_in_a_layer_its_reader_may_call():
 def test_each_case_kind_baseline_is_its_selectors_baseline():
     from perfsuite import variants
     from perfsuite.core import kinds
-    from perfsuite.results import schema
+    from perfsuite.results import columns
     from perfsuite.variants import tensor_parallel
 
     baselines = {kind.name: kind.baseline for kind in kinds.KINDS}
@@ -204,7 +202,7 @@ def test_each_case_kind_baseline_is_its_selectors_baseline():
         "tensor_parallel": tensor_parallel.BASELINE,
         "draft": variants.BASELINE,
     }
-    assert schema.BASELINES == (variants.BASELINE, tensor_parallel.BASELINE)
+    assert columns.BASELINES == (variants.BASELINE, tensor_parallel.BASELINE)
 
 
 def test_readers_of_the_case_kinds_name_no_kind():

@@ -11,10 +11,11 @@ import torch
 from perfsuite import variants
 from perfsuite.core.settings import Timing
 from perfsuite.measure import device, execution, memory, timing
-from perfsuite.results.schema import RESULT_COLUMNS
+from perfsuite.results.columns import BY_NAME as RESULT_COLUMNS
 from perfsuite.scenario import inputs
 
 CPU = device.detect("cpu")
+MI300X = device.DeviceInfo("rocm", "cuda:0", "MI300X", "HIP 6.4", 5300.0, 256 << 20, llc_bytes=256 << 20)
 
 
 def test_samples_report_median_and_percentiles():
@@ -23,18 +24,15 @@ def test_samples_report_median_and_percentiles():
     assert 20 <= s.p20_us <= 21 and 80 <= s.p80_us <= 81
 
 
-def test_cpu_sampler_times_the_call_and_not_the_flush():
+def test_cpu_sampler_times_the_call_and_not_the_flush_and_stops_at_the_time_limit():
     flushed = []
     sampler = timing.Sampler(lambda: time.sleep(0.002), lambda: flushed.append(time.sleep(0.01)))
     samples = timing.measure(sampler, Timing(warmup=1, reps=5, max_seconds=5))
     assert len(samples.seconds) == 5 and len(flushed) == 6
     assert 0.0015 < samples.median_us * 1e-6 < 0.009
-
-
-def test_measure_stops_at_the_time_limit_with_at_least_three_samples():
     sampler = timing.Sampler(lambda: time.sleep(0.02), None)
     samples = timing.measure(sampler, Timing(warmup=0, reps=1000, max_seconds=0.01))
-    assert 3 <= len(samples.seconds) < 10
+    assert 3 <= len(samples.seconds) < 10  # at least three samples
 
 
 def test_sampler_for_cpu_uses_the_host_clock_and_the_cache_flush():
@@ -89,7 +87,7 @@ def test_bandwidth_helpers_and_memory_fit(monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda device: 1 << 30)
     assert memory.fits(100 << 20, torch.device("cpu")) is None
     assert "GiB of cpu memory" in memory.fits(2 << 30, torch.device("cpu"))
-    assert memory.copy_gbps("cpu", nbytes=8 << 20, reps=3) > 0
+    assert memory.copy_bandwidth("cpu", nbytes=8 << 20, reps=3).gbps > 0
 
 
 def test_the_cold_cache_flush_only_reads_its_buffer():
@@ -113,14 +111,8 @@ def test_the_cold_cache_flush_only_reads_its_buffer():
         flush()
     assert ops.seen == ["aten.sum.IntList_out"] and flush.buffer._version == version
     assert float(flush.out) == 0.0 and not flush.buffer.any()
-
-
-def test_cold_flush_sizes():
-    gpu = device.DeviceInfo(
-        "cuda", "cuda:0", "NVIDIA H100", "CUDA 13.0", 3350.0, 64 << 20, llc_bytes=50 << 20
-    )
-    mi300x = device.DeviceInfo("rocm", "cuda:0", "MI300X", "HIP 6.4", 5300.0, 256 << 20, llc_bytes=256 << 20)
-    assert timing.flush_bytes(gpu) == 128 << 20 and timing.flush_bytes(mi300x) == 512 << 20
+    h100 = device.DeviceInfo("cuda", "cuda:0", "NVIDIA H100", "CUDA 13.0", 3350.0, 64 << 20, "sm_90")
+    assert timing.flush_bytes(h100) == 128 << 20 and timing.flush_bytes(MI300X) == 512 << 20
 
 
 class ScriptedReplays:
@@ -182,19 +174,15 @@ def test_copy_bandwidth_warms_up_and_probes_before_it_times(monkeypatch):
 def test_copy_columns_carry_the_clocks_read_under_the_copies(monkeypatch):
     from perfsuite.measure import environment
 
-    h200 = device.DeviceInfo(
-        "cuda", "cuda:0", "NVIDIA H200", "CUDA 13.0", 4800.0, 64 << 20, llc_bytes=60 << 20
-    )
-    mi300x = device.DeviceInfo("rocm", "cuda:0", "MI300X", "HIP 6.4", 5300.0, 256 << 20, llc_bytes=256 << 20)
+    h200, mi300x = device.DeviceInfo("cuda", "cuda:0", "NVIDIA H200", "CUDA 13.0", 4800.0, 64 << 20), MI300X
     smi = {"sm_mhz": "1980", "mem_mhz": "3201", "max_sm_mhz": "1980", "temp_c": "41", "power_w": "118"}
     states = {h200: smi, mi300x: {"sm_mhz": "2100Mhz", "mem_mhz": "1300Mhz"}, CPU: {}}
     probed: list[object] = []
 
     def copy_bandwidth(device, probe=None):
         probed.append(probe)
-        return memory.CopyBandwidth(
-            4300.0, 0.2 if probe else 0.0, 800 if probe else 0, probe() if probe else {}
-        )
+        warm = (0.2, 800, probe()) if probe else (0.0, 0)
+        return memory.CopyBandwidth(4300.0, *warm)
 
     monkeypatch.setattr(memory, "copy_bandwidth", copy_bandwidth)
     monkeypatch.setattr(environment, "gpu_state", lambda info: states[info])
@@ -203,12 +191,8 @@ def test_copy_columns_carry_the_clocks_read_under_the_copies(monkeypatch):
         columns = {info: environment.copy_columns(info) for info in (h200, mi300x, CPU)}
     finally:
         environment.copy_measurement.cache_clear()
-    assert columns[h200] == {
-        "copy_gbps": 4300.0,
-        "copy_sm_mhz": 1980.0,
-        "copy_mem_mhz": 3201.0,
-        "copy_warmup_s": 0.2,
-    }
+    expected = {"copy_gbps": 4300.0, "copy_sm_mhz": 1980.0, "copy_mem_mhz": 3201.0, "copy_warmup_s": 0.2}
+    assert columns[h200] == expected
     assert (columns[mi300x]["copy_sm_mhz"], columns[mi300x]["copy_mem_mhz"]) == (2100.0, 1300.0)
     assert probed[-1] is None and columns[CPU]["copy_warmup_s"] == 0.0  # a CPU: nothing to probe
     assert all(math.isnan(columns[CPU][c]) for c in ("copy_sm_mhz", "copy_mem_mhz"))

@@ -7,9 +7,6 @@ imported), like tests/test_triton_variants.py; both plans are forced on every sh
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +22,7 @@ from perfsuite.kernels import plan as plans
 from perfsuite.kernels import plan_table
 from perfsuite.kernels import topk_softmax as ts
 from perfsuite.scenario.load import expand, load
-from perfsuite.tools import tuning, warm_keys
+from perfsuite.tools import tuning, warm
 
 pytestmark = pytest.mark.triton
 
@@ -33,7 +30,6 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 if kernels.availability(DEVICE) is not None:
     pytest.skip(kernels.availability(DEVICE), allow_module_level=True)
 
-ROOT = Path(__file__).parents[1]
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 NAN, INF = float("nan"), float("inf")
 ARGMAX = variants.get("triton_argmax")
@@ -54,7 +50,8 @@ def split(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def small_tiles(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Several splits of several tiles each, even on short rows."""
-    return ts.split_argmax(logits, chunk=32, block=16)
+    plan = plans.Plan("split", 16, plans.SPLIT_NUM_WARPS, chunk=32, selection="argmax")
+    return ts.run_plan(logits, 1, plan)
 
 
 PLANS = {"fused": fused, "split": split}
@@ -103,7 +100,7 @@ def test_nan_wins_lowest_index_first(dtype, select):
     _, index = select(logits)
     assert index.flatten().tolist()[:3] == [40, 7, 0]
     assert index[3, 0] == torch.argmax(logits[3]) and index[4, 0] == 260 and index[5, 0] == 0
-    assert torch.equal(index, ts.fused_topk_softmax(logits, 1, block=64)[1])
+    assert torch.equal(index, ts.run_plan(logits, 1, plans.Plan("fused", 64, plans.FUSED_NUM_WARPS))[1])
     assert torch.equal(index, torch.argmax(logits, dim=-1, keepdim=True))  # torch.argmax: NaN wins too
 
 
@@ -140,7 +137,7 @@ def test_the_variant():
     # the exact kernels' plans, on the argmax kernels; the launch column says so
     for batch, vocab in [(1, 151936), (256, 151936), (2, 1000)]:
         auto = variants.get("triton_auto")
-        plan = warm_keys.plan_functions()["triton_argmax"](batch, vocab, 1, BF16, HW)
+        plan = tuning.variant_plan("triton_argmax")(batch, vocab, 1, BF16, HW)
         assert plan == plan_table.best_plan(batch, vocab, 1, BF16, HW).selecting("argmax")
     assert ARGMAX.launch(1, 151666, 1, BF16).startswith("argmax split")
     assert auto.launch(1, 151666, 1, BF16).startswith("split")
@@ -183,24 +180,24 @@ def test_it_is_in_the_compile_plan(tmp_path, recorded):
         'vocab = [300, 8193]\nbatch = [1, 2]\ntopk = [1]\nlogits = ["gaussian"]\n'
     )
     cases = expand(load(scenario))
-    assert warm_keys.selection_of("triton_argmax") == "argmax"
-    assert warm_keys.selection_of("triton_auto") == warm_keys.selection_of("identity") == "topk"
-    units = warm_keys.sweep_units(cases, HW)
+    assert tuning.selection_of("triton_argmax") == "argmax"
+    assert tuning.selection_of("triton_auto") == tuning.selection_of("identity") == "topk"
+    units = warm.sweep_units(cases, HW)
     assert {u.kernel for u in units} == {"argmax", "argmax_partials", "argmax_merge"}
     for case in cases:
         ARGMAX(torch.zeros(case.batch, case.vocab, dtype=BF16, device=DEVICE), 1)
     assert set(recorded) == {u.key for u in units}
-    battery = warm_keys.battery_units(["triton_argmax"], HW, DEVICE, quick=True)
+    battery = warm.battery_units(["triton_argmax"], HW, DEVICE, quick=True)
     assert {u.kernel for u in battery} >= {"argmax", "argmax_partials", "argmax_merge"}
-    assert {u.k for u in battery} == {1}
-    tune = warm_keys.candidate_units(cases, HW)
+    assert {u.source.rsplit(" ", 1)[-1] for u in battery} == {"k1"}  # triton_argmax claims k = 1 only
+    tune = warm.candidate_units(cases, HW)
     assert {u.kernel for u in tune} == {"argmax", "argmax_partials", "argmax_merge"}
     assert len(tune) > len(units)
-    assert [tuning.selection_of(c) for c in tuning.shapes_of(cases)] == ["argmax"] * 4
+    assert [tuning.selection_of(c.variant) for c in tuning.shapes_of(cases)] == ["argmax"] * 4
     found = tuning.candidates(1, 151936, 1, HW, 2, "argmax")
     assert found[0] == plan_table.Tunables.of(plans.choose(1, 151936, 1, HW, 2, "argmax"))
     assert {t.selection for t in found} == {"argmax"} and {t.kernel for t in found} == {"fused", "split"}
-    ordered = warm_keys.distinct(units)
+    ordered = warm.distinct(units)
     merges = [u.kernel.endswith("merge") for u in ordered]
     assert merges == sorted(merges)  # the scans first
 
@@ -224,26 +221,3 @@ def test_a_tuned_argmax_entry_drives_only_the_argmax(tmp_path, monkeypatch):
 def test_perfsuite_variants_lists_it(capsys):
     assert cli.main(["variants"]) == 0
     assert "triton_argmax" in capsys.readouterr().out
-
-
-def _compiler_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != kernels.INTERPRET_ENV}
-    return {**env, "PYTHONPATH": str(ROOT)}
-
-
-def test_it_compiles_for_sm_90_and_gfx942_with_16_byte_loads():
-    """Triton's compiler (not the interpreter) on the fused argmax over a view 3 elements past a 16-byte
-    boundary, V = 151666 bf16: no error, no spill, 16-byte loads in the scan loop on both targets."""
-    code = (
-        "import torch\n"
-        "from perfsuite.kernels import resources, topk_softmax as ts\n"
-        "launch = ts.argmax_launch(256, 151666, ts.RowLayout(151666, 3, 2), block=4096, num_warps=8)\n"
-        "for target in ('sm_90', 'gfx942'):\n"
-        "    r = resources.compile_launch(target, launch, torch.bfloat16)\n"
-        "    print(target, repr(r.error), r.spill_bytes, r.widest_load_bytes, r.loop_load_bytes)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=_compiler_env(), timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[:2] == ["sm_90 '' 0 16 16", "gfx942 '' 0 16 16"], done.stdout

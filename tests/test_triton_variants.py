@@ -41,11 +41,13 @@ INF, NAN = float("inf"), float("nan")
 
 
 def fused(block: int, prefetch: bool = True):
-    return lambda x, k: ts.fused_topk_softmax(x, k, block=block, prefetch=prefetch)
+    plan = plans.Plan("fused", block, plans.FUSED_NUM_WARPS, prefetch=prefetch)
+    return lambda x, k: ts.run_plan(x, k, plan)
 
 
 def split(chunk: int, block: int, prefetch: bool = True):
-    return lambda x, k: ts.split_topk_softmax(x, k, chunk=chunk, block=block, prefetch=prefetch)
+    plan = plans.Plan("split", block, plans.SPLIT_NUM_WARPS, chunk=chunk, prefetch=prefetch)
+    return lambda x, k: ts.run_plan(x, k, plan)
 
 
 def assert_exact(logits: torch.Tensor, k: int, topk_p: torch.Tensor, topk_index: torch.Tensor) -> None:
@@ -96,7 +98,7 @@ def test_auto_runs_split_at_batch_one_and_agrees_with_fused():
     assert plans.choose(1, 8193, 2, plans.hardware(DEVICE)).kernel == "split"
     auto = variants.get("triton_auto")(logits, 2)
     assert_exact(logits, 2, *auto)
-    assert torch.equal(auto[1], ts.fused_topk_softmax(logits, 2)[1])
+    assert torch.equal(auto[1], ts.run_plan(logits, 2, plans.fused_plan(plans.hardware(DEVICE), 2))[1])
 
 
 @pytest.mark.parametrize("k", [1, 8, 16])
@@ -187,7 +189,7 @@ def test_partials_merge_across_ranks():
         torch.nn.functional.pad(single.values, (0, pad), value=-INF),
         torch.nn.functional.pad(single.indices, (0, pad), value=-1),
     )
-    merged = ts.Partials.cat(parts)
+    merged = ts.Partials(*(torch.cat([vars(p)[name] for p in parts], dim=1) for name in vars(parts[0])))
     assert merged.n_parts == sum(p.n_parts for p in parts)
     assert_exact(logits, 8, *ts.merge_partials(merged))
     assert_exact(logits, 3, *ts.merge_partials(merged, 3))  # fewer than the partials carry
@@ -245,7 +247,7 @@ def test_first_aligned_column_is_16_byte_aligned(dtype):
         for row, col in enumerate(cols.tolist()):
             assert col_start <= col < col_start + layout.vec
             address = view.data_ptr() + (row * view.stride(0) + col) * view.element_size()
-            assert address % ts.ALIGN_BYTES == 0, (offset, row, col)
+            assert address % plans.LOAD_BYTES == 0, (offset, row, col)
 
 
 ELEMENT_OFFSETS = [(dtype, offset) for dtype in (BF16, F16) for offset in range(8)]
@@ -269,7 +271,7 @@ def test_any_data_pointer_offset_gives_the_aligned_results(dtype, offset):
         view.copy_(aligned)
         layout = ts.RowLayout.of(view)
         assert layout.shift == offset  # fresh buffers start on a 16-byte boundary
-        assert ts.aligned_base(view, layout).data_ptr() % ts.ALIGN_BYTES == 0
+        assert ts.aligned_base(view, layout).data_ptr() % plans.LOAD_BYTES == 0
     for select in (fused(32), split(48, 16)):  # several tiles; several splits, the last one short
         topk_p, topk_index = select(aligned, 4)
         for view in (flat_view, strided):
@@ -285,11 +287,11 @@ def test_storage_past_a_16_byte_boundary_falls_back_to_the_logits_pointer():
     loads, the same results (run here when the kernels run on the CPU: such storage is host memory)."""
     raw = bytearray(4096)
     start = torch.frombuffer(raw, dtype=torch.uint8).data_ptr()
-    skew = (2 - start) % ts.ALIGN_BYTES  # the storage starts one bf16 past a 16-byte boundary
+    skew = (2 - start) % plans.LOAD_BYTES  # the storage starts one bf16 past a 16-byte boundary
     logits = torch.frombuffer(raw, dtype=BF16, offset=skew, count=2 * 300).view(2, 300)
     logits.copy_(make_logits("peaked", 2, 300, BF16, seed=8))
     layout = ts.RowLayout.of(logits)
-    assert logits.storage_offset() == 0 and logits.data_ptr() % ts.ALIGN_BYTES == 2
+    assert logits.storage_offset() == 0 and logits.data_ptr() % plans.LOAD_BYTES == 2
     assert layout.shift == 0 and ts.aligned_base(logits, layout) is logits
     if DEVICE.type == "cpu":
         copy = logits.clone()

@@ -102,7 +102,7 @@ def _table(entries: int) -> plan_table.TunedTable:
 
 def test_a_table_being_replaced_is_never_seen_half_written(tmp_path, monkeypatch):
     path, old, new = tmp_path / "tuned.json", _table(1), _table(300)
-    plan_table.write_table(path, old)
+    plan_table.replace_text(path, old.to_json())
     seen = []
     rename = os.replace
 
@@ -113,7 +113,7 @@ def test_a_table_being_replaced_is_never_seen_half_written(tmp_path, monkeypatch
         rename(source, target)
 
     monkeypatch.setattr(plan_table.os, "replace", rename_and_look)
-    plan_table.write_table(path, new)
+    plan_table.replace_text(path, new.to_json())
     assert seen == [old, new]
     assert plan_table.TunedTable.from_json(path.read_text()) == new
     assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]  # no temporary file left
@@ -121,14 +121,14 @@ def test_a_table_being_replaced_is_never_seen_half_written(tmp_path, monkeypatch
 
 def test_a_write_that_fails_midway_leaves_the_old_table(tmp_path, monkeypatch):
     path, old = tmp_path / "tuned.json", _table(1)
-    plan_table.write_table(path, old)
+    plan_table.replace_text(path, old.to_json())
 
     def disk_full(fd: int) -> None:
         raise OSError("No space left on device")
 
     monkeypatch.setattr(plan_table.os, "fsync", disk_full)
     with pytest.raises(OSError, match="No space left"):
-        plan_table.write_table(path, _table(300))
+        plan_table.replace_text(path, _table(300).to_json())
     assert plan_table.TunedTable.from_json(path.read_text()) == old
     assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]
 

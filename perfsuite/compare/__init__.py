@@ -1,1 +1,1 @@
-"""Comparing two runs: matching their cases, the rank-sum test, run-to-run noise."""
+"""Comparing two runs: matching their cases, one witness and its shift per case, the decision table."""

@@ -21,8 +21,9 @@ Adding a case kind: a fourth kind provides, anywhere in the package, and one `Ca
   one case (a skip or an error is a row, `cases.protocol.run_case`);
 - `log` and `table_file`: the run folder's log its rows are appended to and the table written from it;
   kinds that share a log (kernel, tensor_parallel) tell their rows apart with `rows(frame) -> mask`;
-- `columns`: its column dict in `results/schema.py` (the one place columns are written down) and
-  `baseline`, the variant its speedups are over;
+- its columns: entries in the registry (`results/columns.py`, naming the kind), or for a kind kept
+  outside the package, `columns`: its own tuple of `results.columns.Column`; and `baseline`, the variant
+  its speedups are over;
 - `sections(frame, samples) -> list[Section]`: its part of the HTML report (empty without rows).
 Then add a test beside the others' (a tiny scenario with one case of the kind, run end to end).
 """
@@ -62,10 +63,11 @@ class CaseKind:
     run: str  # (cases, KindRun) -> Iterator[row]
     log: str  # the run folder's log its rows are appended to
     table_file: str  # the table written from the log
-    columns: str  # its column dict, in results/schema.py
     baseline: str  # the variant its speedups are over
     sections: str  # (frame, samples) -> list of report sections
     rows: str | None = None  # (frame) -> bool mask of its rows, where kinds share a log
+    columns: str | None = None  # a plug-in kind's own `results.columns.Column`s (the built-in kinds':
+    # in the registry, results/columns.py)
 
     def part(self, role: str) -> Any:
         """The attribute a role names ("module:attribute"), imported now."""
@@ -81,9 +83,6 @@ class CaseKind:
     def run_cases(self, cases: list[Any], context: KindRun) -> Iterator[dict[str, object]]:
         return self.part("run")(cases, context)
 
-    def columns_dict(self) -> dict[str, str]:
-        return self.part("columns")
-
 
 KINDS: tuple[CaseKind, ...] = (
     CaseKind(
@@ -94,7 +93,6 @@ KINDS: tuple[CaseKind, ...] = (
         run="perfsuite.cases.kernel:run",
         log="results.jsonl",
         table_file="results.csv",
-        columns="perfsuite.results.schema:RESULT_COLUMNS",
         baseline="full_softmax",
         sections="perfsuite.report.kernel_sections:kind_sections",
         rows="perfsuite.cases.kernel:rows",
@@ -107,7 +105,6 @@ KINDS: tuple[CaseKind, ...] = (
         run="perfsuite.cases.tensor_parallel.launch:run",
         log="results.jsonl",
         table_file="results.csv",
-        columns="perfsuite.results.schema:TP_COLUMNS",
         baseline="allgather_full_softmax",
         sections="perfsuite.report.tp_section:kind_sections",
         rows="perfsuite.cases.tensor_parallel.tp_runner:rows",
@@ -120,7 +117,6 @@ KINDS: tuple[CaseKind, ...] = (
         run="perfsuite.cases.draft.draft_runner:run",
         log="draft.jsonl",
         table_file="draft.csv",
-        columns="perfsuite.results.schema:DRAFT_COLUMNS",
         baseline="full_softmax",
         sections="perfsuite.report.draft_section:kind_sections",
     ),

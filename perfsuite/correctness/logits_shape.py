@@ -1,33 +1,28 @@
 """The shape of a logits distribution, so a reader can tell which synthetic kind resembles a model's: the
 mean top-1 probability, the mean entropy in nats, the share of rows whose top logit is an exact tie and the
 share whose k-th and (k+1)-th logits are equal (which tokens make the top k is then up to the tie order).
-
-Computed in float64 on the logits as a case sees them (already in its dtype, so bf16's rounding shows
-as ties), over the rows whose softmax is defined (no NaN or +inf, not all -inf); once per logits tensor,
-the k-th-place ties once per k.
-"""
+In float64 on the logits as a case sees them (in its dtype: bf16's rounding shows as ties), over the rows
+whose softmax is defined (`parity.defined_rows`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
+
+from perfsuite.correctness.parity import defined_rows
 
 COLUMNS = ("top1_prob", "entropy_nats", "top1_tie_rows", "topk_tie_rows")
 CHUNK_ELEMENTS = 1 << 24
 """Rows are taken in chunks of at most this many elements (128 MiB in float64)."""
 
 
-def _defined(x: torch.Tensor) -> torch.Tensor:
-    """Rows whose softmax is defined: no NaN or +inf, and at least one finite logit."""
-    return ~(x.isnan() | (x == float("inf"))).any(-1) & (x > float("-inf")).any(-1)
-
-
-def _chunks(logits: torch.Tensor):
+def _chunks(logits: torch.Tensor) -> Iterator[torch.Tensor]:
     step = max(1, CHUNK_ELEMENTS // max(1, logits.shape[-1]))
     for start in range(0, logits.shape[0], step):
         x = logits[start : start + step]
-        yield x[_defined(x)]
+        yield x[defined_rows(x)]
 
 
 def shape_of(logits: torch.Tensor) -> dict[str, float]:
@@ -39,10 +34,9 @@ def shape_of(logits: torch.Tensor) -> dict[str, float]:
         x = chunk.double()
         log_p = x - torch.logsumexp(x, dim=-1, keepdim=True)
         p = log_p.exp()
-        top = x.amax(dim=-1, keepdim=True)
         top1 += float(p.amax(dim=-1).sum())
         entropy -= float(torch.where(p > 0, p * log_p, 0.0).sum())
-        ties += float(((x == top).sum(dim=-1) >= 2).sum())
+        ties += float(((x == x.amax(dim=-1, keepdim=True)).sum(dim=-1) >= 2).sum())
         count += x.shape[0]
     if count == 0:
         return dict.fromkeys(COLUMNS[:3], float("nan"))
@@ -62,6 +56,14 @@ def kth_ties(logits: torch.Tensor, k: int) -> float:
     return ties / count if count else float("nan")
 
 
+def _or_nan(figures: Callable[[], object], nan: object) -> object:
+    """Figures that cannot be computed (out of memory) are NaN: they never cost a measured case its row."""
+    try:
+        return figures()
+    except (RuntimeError, MemoryError):
+        return nan
+
+
 @dataclass
 class ShapeMemo:
     """The figures of the last logits tensor seen, so cases sharing a tensor compute them once."""
@@ -71,17 +73,10 @@ class ShapeMemo:
     by_k: dict[int, float] = field(default_factory=dict)
 
     def columns(self, key: object, logits: torch.Tensor, k: int) -> dict[str, float]:
-        """The row columns for a case of top-k on `logits` (`key`: what identifies the tensor). Figures
-        that cannot be computed (out of memory) are NaN: they never cost a measured case its row."""
+        """The row columns for a case of top-k on `logits` (`key`: what identifies the tensor)."""
         if key != self.key:
             self.key, self.by_k = key, {}
-            try:
-                self.figures = shape_of(logits)
-            except (RuntimeError, MemoryError):
-                self.figures = dict.fromkeys(COLUMNS[:3], float("nan"))
+            self.figures = _or_nan(lambda: shape_of(logits), dict.fromkeys(COLUMNS[:3], float("nan")))
         if k not in self.by_k:
-            try:
-                self.by_k[k] = kth_ties(logits, k)
-            except (RuntimeError, MemoryError):
-                self.by_k[k] = float("nan")
+            self.by_k[k] = _or_nan(lambda: kth_ties(logits, k), float("nan"))
         return {**self.figures, "topk_tie_rows": self.by_k[k]}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from functools import cached_property
 from typing import NamedTuple
 
 import torch
@@ -12,21 +13,21 @@ from perfsuite.variants.ordering import topk_lowest_index
 
 EXACT_RTOL = 2e-5
 """Relative error an exact variant may show: fp32 rounding of `v - max`, `exp` and a V-term sum."""
-
-VERDICTS = ("pass", "inexact", "fail")
+NAN = float("nan")
 
 
 def tolerance(accuracy: Accuracy, dtype: torch.dtype) -> tuple[float, float]:
-    """(rtol, atol) a variant's `topk_p` may differ from float64 truth, by what it declares.
-
-    exact: fp32 rounding. rounded: one ulp of the input dtype (probabilities stored in it), with the
-    dtype's smallest normal as the absolute floor where its subnormals lose relative precision.
-    inexact variants are held to the exact tolerance; differing beyond it is their declared `inexact`.
-    """
+    """(rtol, atol) a variant's `topk_p` may differ from float64 truth: fp32 rounding (exact; inexact is held
+    to it too), one ulp of the input dtype for rounded (its smallest normal the floor: subnormals)."""
     if accuracy == "rounded":
         info = torch.finfo(dtype)
         return max(EXACT_RTOL, info.eps), info.tiny
     return EXACT_RTOL, torch.finfo(torch.float32).tiny
+
+
+def defined_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Rows whose softmax is defined: no NaN, no +inf, at least one finite logit (-inf masks a token)."""
+    return ~(torch.isnan(logits) | (logits == float("inf"))).any(dim=-1) & torch.isfinite(logits).any(dim=-1)
 
 
 @dataclass(frozen=True)
@@ -36,38 +37,28 @@ class Truth:
     logits: torch.Tensor  # the input, kept to look up logits and probabilities at any index
     row_max: torch.Tensor  # [B, 1] float64 max of the row
     row_sum: torch.Tensor  # [B, 1] float64 sum(exp(x - row_max))
-    finite: torch.Tensor  # [B] bool: well-defined rows (no NaN, no +inf, some finite value; -inf is a mask)
     index: torch.Tensor  # [B, k] int64, descending logit, lowest index on ties
-    prob: torch.Tensor  # [B, k] float64
+
+    @cached_property
+    def finite(self) -> torch.Tensor:
+        """[B] bool: the well-defined rows (`defined_rows`)."""
+        return defined_rows(self.logits)
+
+    @cached_property
+    def prob(self) -> torch.Tensor:
+        """[B, k] float64 softmax at `index`."""
+        return self.prob_at(self.index)
 
     def prob_at(self, index: torch.Tensor) -> torch.Tensor:
         """float64 softmax probabilities at `index` `[B, k]`."""
-        return _prob_at(self.logits, self.row_max, self.row_sum, index)
+        return torch.exp(self.logit_at(index).double() - self.row_max) / self.row_sum
 
     def logit_at(self, index: torch.Tensor) -> torch.Tensor:
         return self.logits.gather(-1, index)
 
     def subset(self, rows: torch.Tensor) -> Truth:
         """The reference restricted to the rows selected by the bool mask `rows`."""
-        return Truth(
-            self.logits[rows],
-            self.row_max[rows],
-            self.row_sum[rows],
-            self.finite[rows],
-            self.index[rows],
-            self.prob[rows],
-        )
-
-
-def defined_rows(logits: torch.Tensor) -> torch.Tensor:
-    """Rows whose softmax is defined: no NaN, no +inf, at least one finite logit (-inf masks a token)."""
-    return ~(torch.isnan(logits) | (logits == float("inf"))).any(dim=-1) & torch.isfinite(logits).any(dim=-1)
-
-
-def _prob_at(
-    logits: torch.Tensor, row_max: torch.Tensor, row_sum: torch.Tensor, index: torch.Tensor
-) -> torch.Tensor:
-    return torch.exp(logits.gather(-1, index).double() - row_max) / row_sum
+        return Truth(*(getattr(self, f.name)[rows] for f in fields(self)))
 
 
 def truth(logits: torch.Tensor, k: int) -> Truth:
@@ -75,12 +66,10 @@ def truth(logits: torch.Tensor, k: int) -> Truth:
 
     Probabilities are `exp(x_i - m) / sum(exp(x - m))`, exact at any finite magnitude: adding `log(sum)` to
     a huge max (a logsumexp) would round it away, so four tied maxima at 1e30 would not get 0.25."""
-    _, index = topk_lowest_index(logits, k)
     x = logits.double()
     row_max = x.amax(dim=-1, keepdim=True)
     row_sum = torch.exp(x - row_max).sum(dim=-1, keepdim=True)
-    finite = defined_rows(logits)
-    return Truth(logits, row_max, row_sum, finite, index, _prob_at(logits, row_max, row_sum, index))
+    return Truth(logits, row_max, row_sum, topk_lowest_index(logits, k)[1])
 
 
 @dataclass(frozen=True)
@@ -104,11 +93,11 @@ class Parity:
 
 
 def _share(mask: torch.Tensor) -> float:
-    return float(mask.float().mean()) if mask.numel() else float("nan")
+    return float(mask.float().mean()) if mask.numel() else NAN
 
 
 def _max(values: torch.Tensor) -> float:
-    return float(values.max()) if values.numel() else float("nan")
+    return float(values.max()) if values.numel() else NAN
 
 
 def _relative_error(value: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
@@ -136,6 +125,17 @@ def slots(accuracy: Accuracy, index: torch.Tensor, p: torch.Tensor, sub: Truth, 
     return Slots(tie, tie | rounding_tie if accuracy == "rounded" else tie, truth, p_ok)
 
 
+def _output_problem(topk_p: torch.Tensor, topk_index: torch.Tensor, ref: Truth) -> str:
+    """What makes the outputs unjudgeable (shape, dtype, an index outside the vocabulary), or ""."""
+    shapes = tuple(topk_p.shape), tuple(topk_index.shape), tuple(ref.index.shape)
+    if shapes[0] != shapes[2] or shapes[1] != shapes[2]:
+        return "output shapes {} and {}, expected {}".format(*shapes)
+    if topk_index.dtype != torch.int64 or topk_p.dtype != torch.float32:
+        return f"output dtypes {topk_p.dtype}, {topk_index.dtype}"
+    vocab = ref.logits.shape[-1]
+    return f"index outside [0, {vocab})" if bool(((topk_index < 0) | (topk_index >= vocab)).any()) else ""
+
+
 def check(
     accuracy: Accuracy,
     topk_p: torch.Tensor,
@@ -145,53 +145,27 @@ def check(
 ) -> Parity:
     """Compare a selection with the reference (verdict) and with the baseline (agreement figures)."""
     rows = ref.finite
-    n_finite, n_nonfinite = int(rows.sum()), int((~rows).sum())
-    if topk_index.shape != ref.index.shape or topk_p.shape != ref.index.shape:
-        shapes = f"{tuple(topk_p.shape)} and {tuple(topk_index.shape)}, expected {tuple(ref.index.shape)}"
-        return _failed(f"output shapes {shapes}", n_finite, n_nonfinite)
-    if topk_index.dtype != torch.int64 or topk_p.dtype != torch.float32:
-        return _failed(f"output dtypes {topk_p.dtype}, {topk_index.dtype}", n_finite, n_nonfinite)
-    vocab = ref.logits.shape[-1]
-    if bool(((topk_index < 0) | (topk_index >= vocab)).any()):
-        return _failed(f"index outside [0, {vocab})", n_finite, n_nonfinite)
+    counts = {"finite_rows": int(rows.sum()), "nonfinite_rows": int((~rows).sum())}
+    problem = _output_problem(topk_p, topk_index, ref)
+    if problem:
+        return Parity("fail", *[NAN] * 7, **counts, problem=problem)
     index, p, sub = topk_index[rows], topk_p[rows], ref.subset(rows)
-
-    same = index == sub.index
     tie, idx_ok, truth_here, p_ok = slots(accuracy, index, p, sub, ref.logits.dtype)
-
-    if n_finite == 0:
+    relerr = _max(_relative_error(p, truth_here))
+    if not counts["finite_rows"]:
         verdict, problem = "n/a", "no finite rows"
     elif not bool(idx_ok.all()):
         verdict, problem = "fail", f"{int((~idx_ok).sum())} slots pick a token the reference ranks lower"
     elif not bool(p_ok.all()):
         verdict = "inexact" if accuracy == "inexact" else "fail"
-        problem = f"topk_p off by up to {_max(_relative_error(p, truth_here)):.3g} relative"
+        problem = f"topk_p off by up to {relerr:.3g} relative"
     else:
-        verdict, problem = "pass", ""
-
-    exact_base = tie_base = relerr_base = float("nan")
+        verdict = "pass"
+    base = [NAN] * 3
     if baseline is not None:
         base_p, base_index = baseline[0][rows], baseline[1][rows]
-        same_base = index == base_index
-        exact_base = _share(same_base)
-        tie_base = _share(same_base | (sub.logit_at(index) == sub.logit_at(base_index)))
-        relerr_base = _max(_relative_error(p[same_base], base_p[same_base].double()))
-
-    return Parity(
-        verdict=verdict,
-        idx_exact_ref=_share(same),
-        idx_tie_ref=_share(tie),
-        top1_mismatch_ref=_share(~tie[:, 0]) if n_finite else float("nan"),
-        p_relerr_ref=_max(_relative_error(p, truth_here)),
-        idx_exact_base=exact_base,
-        idx_tie_base=tie_base,
-        p_relerr_base=relerr_base,
-        finite_rows=n_finite,
-        nonfinite_rows=n_nonfinite,
-        problem=problem,
-    )
-
-
-def _failed(problem: str, n_finite: int, n_nonfinite: int) -> Parity:
-    nan = float("nan")
-    return Parity("fail", nan, nan, nan, nan, nan, nan, nan, n_finite, n_nonfinite, problem)
+        same = index == base_index
+        tied = same | (sub.logit_at(index) == sub.logit_at(base_index))
+        base = [_share(same), _share(tied), _max(_relative_error(p[same], base_p[same].double()))]
+    same_ref, tie_ref, top1 = _share(index == sub.index), _share(tie), _share(~tie[:, 0])
+    return Parity(verdict, same_ref, tie_ref, top1, relerr, *base, **counts, problem=problem)

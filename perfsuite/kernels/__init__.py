@@ -1,16 +1,6 @@
-"""Triton kernels for exact top-k softmax selection, and the launch plan that picks between them.
-
-Importing this package never imports Triton: `perfsuite.kernels.topk_softmax` does (lazily, when a
-variant first runs). `triton_code` holds the device code (the `@triton.jit` kernels), `topk_softmax` the
-launch code (plans to grids, tensors to arguments, the wrappers the variants call). `plan` holds the
-Triton-free shape heuristic and its knobs, `tuned` the tables of plans measured on a GPU and `tuner` what
-measures them (`perfsuite tune`), `resources` the ahead-of-time compile report (`perfsuite kernels`),
-`compile_plan` every kernel key the GPU check's stages will launch (scenarios, tune candidates, edge cases,
-draft cases, the battery), `warm` compiles such a plan in parallel (`perfsuite warm`)
-and `launch_log` records the keys launched, to prove each was warmed first.
-
-    availability(device) -> None when the kernels can run on `device`, else a short reason
-"""
+"""The Triton kernels of the exact top-k softmax (and the argmax), their launch plans, tuned-plan tables,
+ahead-of-time compile report and launch log (docs/triton.md). Importing this package never imports
+Triton: `topk_softmax` (the launch code) and `triton_code` (the device code) do, when first used."""
 
 from __future__ import annotations
 
@@ -22,6 +12,10 @@ import torch
 INTERPRET_ENV = "TRITON_INTERPRET"
 NO_TRITON = "triton is not installed"
 NEEDS_GPU = "Triton kernels need a GPU; set TRITON_INTERPRET=1 to run them on the CPU (correctness only)"
+NOT_TIMED = (
+    "Triton's interpreter on the CPU checks correctness only: not timed (time it on a GPU; "
+    "PERFSUITE_SIMULATED_GPU runs its GPU code path here)"
+)
 
 
 def triton_installed() -> bool:
@@ -38,36 +32,13 @@ def interpreting() -> bool:
 
 
 def availability(device: torch.device) -> str | None:
-    """None when the Triton kernels can run on `device`, else why not.
-
-    CUDA and ROCm devices (torch calls both "cuda") need Triton installed; the CPU additionally needs the
-    interpreter (`TRITON_INTERPRET=1`, set before Triton is first imported), which is for correctness only.
-    """
+    """None when the Triton kernels can run on `device` (a GPU, or the CPU under the interpreter), else why
+    not."""
     if not triton_installed():
         return NO_TRITON
-    if torch.device(device).type == "cuda":
-        return None
-    return None if interpreting() else NEEDS_GPU
-
-
-NOT_TIMED = (
-    "Triton's interpreter on the CPU checks correctness only: not timed (time it on a GPU; "
-    "PERFSUITE_SIMULATED_GPU runs its GPU code path here)"
-)
+    return None if torch.device(device).type == "cuda" or interpreting() else NEEDS_GPU
 
 
 def untimed(device: torch.device) -> str | None:
     """Why a Triton kernel that runs on `device` gives no figure worth recording: the interpreter."""
     return NOT_TIMED if torch.device(device).type == "cpu" and interpreting() else None
-
-
-__all__ = [
-    "INTERPRET_ENV",
-    "NEEDS_GPU",
-    "NOT_TIMED",
-    "NO_TRITON",
-    "availability",
-    "interpreting",
-    "triton_installed",
-    "untimed",
-]

@@ -1,35 +1,21 @@
-"""The Triton device code of the exact top-k softmax kernels: the order keys, the running top-k, the aligned
-scans and the three kernels (`_fused_kernel`, `_partials_kernel`, `_merge_kernel`), and the argmax kernels on
-the same keys and scans (`_argmax_kernel`, `_argmax_partials_kernel`, `_argmax_merge_kernel`). The launch code
-(plans to grids, tensors to arguments) is `perfsuite.kernels.topk_softmax`, whose docstring explains the
-algorithm."""
+"""The Triton device code: order keys, the running top-k, the aligned scans, the exact top-k softmax
+kernels (fused; split partials and merge) and the argmax kernels on the same keys and scans. The launch
+code is `topk_softmax`; the algorithm is explained in docs/triton.md."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-_NAN_KEY = tl.constexpr(0x7FFFFFFF)
-"""Key of every NaN: above +inf's key (0x7F800000)."""
-_EMPTY_KEY = tl.constexpr(-(2**31))
-"""Key of a masked lane: below -inf's key (-0x7F800001)."""
-_EMPTY = tl.constexpr(-(2**63))
-"""Packed candidate of an empty slot: below every real candidate."""
+_NAN_KEY = tl.constexpr(0x7FFFFFFF)  # key of every NaN: above +inf's (0x7F800000)
+_EMPTY_KEY = tl.constexpr(-(2**31))  # key of a masked lane: below -inf's (-0x7F800001)
+_EMPTY = tl.constexpr(-(2**63))  # packed candidate of an empty slot: below every real one
 
 UNSPECIALISED = {
-    "fused": (),
-    "partials": ("n_splits", "index_offset"),
-    "merge": ("n_parts", "part_k"),
-    "argmax": (),
-    "argmax_partials": ("n_splits",),
-    "argmax_merge": ("n_parts",),
-}
+    "fused": (), "partials": ("n_splits", "index_offset"), "merge": ("n_parts", "part_k"), "argmax": (),
+    "argmax_partials": ("n_splits",), "argmax_merge": ("n_parts",),
+}  # fmt: skip
 """Integer arguments of each kernel that Triton does not specialise on their value (`do_not_specialize`)."""
-
-
-# --------------------------------------------------------------------------------------------------------
-# Device helpers
-# --------------------------------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -70,10 +56,8 @@ def _unpack(packed):
 
 @triton.jit
 def _insert(run, packed, slots, K: tl.constexpr):
-    """Merge the candidates `packed` (any size) into the sorted running top-k `run` (`[KP]`, descending).
-
-    K rounds of "take the largest of both, remove it": candidates are distinct, so each round removes one.
-    """
+    """Merge the candidates `packed` (any size) into the sorted running top-k `run` (`[KP]`, descending):
+    K rounds of "take the largest of both, remove it" (candidates are distinct)."""
     out = tl.full(slots.shape, _EMPTY, tl.int64)
     for i in range(K):
         best = tl.maximum(tl.max(packed, axis=0), tl.max(run, axis=0))
@@ -92,10 +76,7 @@ def _kth(run, slots, K: tl.constexpr):
 @triton.jit
 def _consume(x, key, cols, m, s, run, kth_key, slots, K: tl.constexpr):
     """Fold one tile into the scan state (m, s, run, kth_key); masked lanes hold x = -inf, key = _EMPTY_KEY.
-
-    The tile's candidates are merged into the top-k only when its best key beats the current k-th one
-    (tiles come in column order, so a tie with the k-th loses to it): most tiles skip the merge.
-    """
+    Only a tile whose best key beats the k-th one is merged (tiles come in column order: a tie loses)."""
     top_key = tl.max(key, axis=0)
     top = _key_value(top_key)
     top = tl.where(top != top, float("inf"), top)  # NaN counts as +inf
@@ -127,9 +108,8 @@ def _load_masked(base_ptr, row_start, cols, col_end):
 
 @triton.jit
 def _load_aligned(base_ptr, row_start, start, body_end, lanes, VEC: tl.constexpr, BLOCK: tl.constexpr):
-    """The whole tile of columns `start + lanes` (`row_start + start` a multiple of VEC: 16-byte aligned
-    from `base_ptr`) in the logits' dtype when it starts before `body_end`, else nothing: all lanes or none
-    (a bound of BLOCK or 0), so the loads stay 16 bytes wide."""
+    """The tile of columns `start + lanes` (16-byte aligned from `base_ptr`) in the logits' dtype when it
+    starts before `body_end`, else nothing: all lanes or none, so the loads stay 16 bytes wide."""
     offset = tl.multiple_of(row_start + start, VEC)
     return tl.load(base_ptr + offset + lanes, mask=lanes < tl.where(start < body_end, BLOCK, 0), other=0.0)
 
@@ -142,27 +122,13 @@ def _row_start(row, stride_row, shift):
 
 @triton.jit
 def _scan(
-    base_ptr,
-    row_start,
-    col_start,
-    col_end,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """One pass over columns [col_start, col_end) of the row at `base_ptr + row_start`.
-
-    Returns (max, sum of exp(x - max), running top-k). max: largest logit, NaN counted as +inf (-inf when
-    every value is -inf). sum: fp32; NaN when the range holds a NaN or +inf. top-k: `[KP]` packed
-    candidates, descending, _EMPTY past the range's length.
-    Loads: `base_ptr` is a 16-byte boundary (`aligned_base`), so column c is aligned where
-    `row_start + c` is a multiple of VEC. A masked head of fewer than VEC columns reaches
-    the first aligned column, whole BLOCK tiles from there load unmasked and
-    aligned (one 16-byte load per VEC columns, whatever V or the row stride), then one masked tail tile.
-    PREFETCH: load tile t + 1 before reducing tile t (one more tile of registers).
-    """
+    base_ptr, row_start, col_start, col_end, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
+    VEC: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
+    """One pass over columns [col_start, col_end) of the row at `base_ptr + row_start`: (max, NaN counted
+    as +inf; sum of exp(x - max), NaN with a NaN or +inf; `[KP]` packed top-k, descending, _EMPTY past
+    the range). Loads: a masked head to the first 16-byte boundary, unmasked aligned BLOCK tiles, a
+    masked tail."""
     slots = tl.arange(0, KP)
     lanes = tl.arange(0, BLOCK)
     run = tl.full([KP], _EMPTY, tl.int64)
@@ -201,28 +167,13 @@ def _write_topk(run, m, s, p_ptr, idx_ptr, slots, K: tl.constexpr):
     tl.store(idx_ptr + slots, col, mask=keep)
 
 
-# --------------------------------------------------------------------------------------------------------
-# Kernels
-# --------------------------------------------------------------------------------------------------------
-
-
 @triton.jit
 def _fused_kernel(
-    base_ptr,
-    p_ptr,
-    idx_ptr,
-    V,
-    stride_row,
-    shift,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """Program `row`: online softmax and running top-k over the whole row, then `[k]` outputs.
-
-    `base_ptr`: the 16-byte boundary `shift` elements below the first row's start (`aligned_base`)."""
+    base_ptr, p_ptr, idx_ptr, V, stride_row, shift, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
+    VEC: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
+    """Program `row`: online softmax and running top-k over the whole row, then `[k]` outputs (`base_ptr`:
+    the 16-byte boundary `shift` elements below the first row's start)."""
     row = tl.program_id(0)
     row_start = _row_start(row, stride_row, shift)
     m, s, run = _scan(base_ptr, row_start, 0, V, K, KP, BLOCK, VEC, PREFETCH)
@@ -232,23 +183,9 @@ def _fused_kernel(
 
 @triton.jit(do_not_specialize=UNSPECIALISED["partials"])
 def _partials_kernel(
-    base_ptr,
-    max_ptr,
-    sum_ptr,
-    val_ptr,
-    idx_ptr,
-    V,
-    stride_row,
-    chunk,
-    n_splits,
-    index_offset,
-    shift,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
+    base_ptr, max_ptr, sum_ptr, val_ptr, idx_ptr, V, stride_row, chunk, n_splits, index_offset, shift,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
     """Program (row, split): the partial of columns [split * chunk, min((split + 1) * chunk, V))."""
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -269,19 +206,9 @@ def _partials_kernel(
 
 @triton.jit(do_not_specialize=UNSPECIALISED["merge"])
 def _merge_kernel(
-    max_ptr,
-    sum_ptr,
-    val_ptr,
-    idx_ptr,
-    p_ptr,
-    out_idx_ptr,
-    n_parts,
-    part_k,
-    K: tl.constexpr,
-    KP: tl.constexpr,
-    TILE: tl.constexpr,
-    PART_TILE: tl.constexpr,
-):
+    max_ptr, sum_ptr, val_ptr, idx_ptr, p_ptr, out_idx_ptr, n_parts, part_k, K: tl.constexpr,
+    KP: tl.constexpr, TILE: tl.constexpr, PART_TILE: tl.constexpr,
+):  # fmt: skip
     """Program `row`: combine `n_parts` partials (max, sum-exp, top-`part_k`) into the exact top-k."""
     row = tl.program_id(0)
     base = row_offset(row, n_parts)
@@ -318,12 +245,8 @@ def _merge_kernel(
     _write_topk(run, m, total, p_ptr + row_offset(row, K), out_idx_ptr + row_offset(row, K), slots, K)
 
 
-# --------------------------------------------------------------------------------------------------------
-# Argmax: the same order keys and aligned loads, one pass, no exp and no sum
-# --------------------------------------------------------------------------------------------------------
-
-_NO_COL = tl.constexpr(0x7FFFFFFF)
-"""Column of a lane that has seen no column yet: above every real one (V < 2^31)."""
+# Argmax: the same order keys and aligned loads, one pass, no exp and no sum.
+_NO_COL = tl.constexpr(0x7FFFFFFF)  # column of a lane that has seen none yet: above every real one (V < 2^31)
 
 
 @triton.jit
@@ -335,21 +258,10 @@ def _argmax_fold(key, cols, best_key, best_col):
 
 @triton.jit
 def _argmax_scan(
-    base_ptr,
-    row_start,
-    col_start,
-    col_end,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    base_ptr, row_start, col_start, col_end, BLOCK: tl.constexpr, VEC: tl.constexpr, PREFETCH: tl.constexpr
 ):
-    """(key, column) of the first maximum of columns [col_start, col_end) (non-empty) of the row at
-    `base_ptr + row_start`, in the keys' order: NaN above +inf, then finite values, then -inf.
-
-    The loads are `_scan`'s: a masked head to the first 16-byte boundary, unmasked aligned BLOCK tiles,
-    a masked tail (masked lanes hold _EMPTY_KEY, below every real key, so they never win). Each lane keeps
-    its best key and column; the lanes are reduced once at the end: the largest key, its lowest column.
-    """
+    """(key, column) of the first maximum of columns [col_start, col_end) (non-empty), in the keys' order,
+    on `_scan`'s loads: each lane keeps its best key and column, reduced once at the end."""
     lanes = tl.arange(0, BLOCK)
     aligned = first_aligned(row_start % VEC, col_start, col_end, VEC)
     head = col_start + tl.arange(0, VEC)
@@ -378,16 +290,9 @@ def _argmax_scan(
 
 @triton.jit
 def _argmax_kernel(
-    base_ptr,
-    p_ptr,
-    idx_ptr,
-    V,
-    stride_row,
-    shift,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
+    base_ptr, p_ptr, idx_ptr, V, stride_row, shift, BLOCK: tl.constexpr, VEC: tl.constexpr,
     PREFETCH: tl.constexpr,
-):
+):  # fmt: skip
     """Program `row`: the first maximum of the whole row, and `topk_p = 1.0`."""
     row = tl.program_id(0)
     _, col = _argmax_scan(base_ptr, _row_start(row, stride_row, shift), 0, V, BLOCK, VEC, PREFETCH)
@@ -397,17 +302,9 @@ def _argmax_kernel(
 
 @triton.jit(do_not_specialize=UNSPECIALISED["argmax_partials"])
 def _argmax_partials_kernel(
-    base_ptr,
-    cand_ptr,
-    V,
-    stride_row,
-    chunk,
-    n_splits,
-    shift,
-    BLOCK: tl.constexpr,
-    VEC: tl.constexpr,
+    base_ptr, cand_ptr, V, stride_row, chunk, n_splits, shift, BLOCK: tl.constexpr, VEC: tl.constexpr,
     PREFETCH: tl.constexpr,
-):
+):  # fmt: skip
     """Program (row, split): the packed first maximum (`_pack`: key, then lowest column) of columns
     [split * chunk, min((split + 1) * chunk, V))."""
     row = tl.program_id(0)

@@ -4,62 +4,28 @@ from __future__ import annotations
 
 import glob
 import os
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from perfsuite import simulated_gpu
+from perfsuite.core import machine
 
-# Datasheet HBM bandwidth in GB/s (1e9 bytes/s). Matched against the device name, longest key first.
-NVIDIA_PEAK_GBPS: dict[str, float] = {
-    "GB200": 8000.0,
-    "B200": 8000.0,
-    "B100": 8000.0,
-    "H200": 4800.0,
-    "GH200": 4000.0,
-    "H100 NVL": 3900.0,
-    "H100 PCIe": 2000.0,
-    "H100": 3350.0,  # SXM5 80 GB
-    "H800": 3350.0,
-    "H20": 4000.0,
-    "A100-SXM4-80GB": 2039.0,
-    "A100 80GB PCIe": 1935.0,
-    "A100": 1555.0,  # 40 GB
-    "A800": 2039.0,
-    "L40S": 864.0,
-    "L40": 864.0,
-    "L4": 300.0,
-    "A10G": 600.0,
-    "A10": 600.0,
-    "RTX 4090": 1008.0,
-    "RTX 6000 Ada": 960.0,
-    "V100": 900.0,
-}
-AMD_PEAK_GBPS: dict[str, float] = {
-    "MI355X": 8000.0,
-    "MI350X": 8000.0,
-    "MI325X": 6000.0,
-    "MI300X": 5300.0,
-    "MI300A": 5300.0,
-    "MI250X": 3277.0,
-    "MI250": 3277.0,
-    "MI210": 1638.0,
-    "MI100": 1229.0,
-}
-# Fallback by gfx architecture when the name lacks the model (some ROCm builds say "AMD Radeon Graphics").
-AMD_ARCH_PEAK_GBPS: dict[str, float] = {
-    "gfx950": 8000.0,
-    "gfx942": 5300.0,
-    "gfx90a": 3277.0,
-    "gfx908": 1229.0,
-}
-# Last-level caches beyond the L2 torch reports (MI300 series: 256 MiB Infinity Cache in front of HBM).
-AMD_ARCH_LLC_BYTES: dict[str, int] = {"gfx950": 256 << 20, "gfx942": 256 << 20}
+_PEAKS = """GB200 8000, B200 8000, B100 8000, H200 4800, GH200 4000, H100 NVL 3900, H100 PCIe 2000, H100 3350,
+    H800 3350, H20 4000, A100-SXM4-80GB 2039, A100 80GB PCIe 1935, A100 1555, A800 2039, L40S 864, L40 864,
+    L4 300, A10G 600, A10 600, RTX 4090 1008, RTX 6000 Ada 960, V100 900,
+    MI355X 8000, MI350X 8000, MI325X 6000, MI300X 5300, MI300A 5300, MI250X 3277, MI250 3277, MI210 1638,
+    MI100 1229"""
+PEAK_GBPS = {name: float(gbps) for name, gbps in (e.strip().rsplit(" ", 1) for e in _PEAKS.split(","))}
+"""Datasheet HBM bandwidth in GB/s (1e9 bytes/s), matched in the device name, longest key first (H100: the
+SXM5 80 GB; A100: the 40 GB)."""
+AMD_ARCH_PEAK_GBPS = {"gfx950": 8000.0, "gfx942": 5300.0, "gfx90a": 3277.0, "gfx908": 1229.0}
+"""By gfx architecture, where the name lacks the model (some ROCm builds say "AMD Radeon Graphics")."""
+AMD_ARCH_LLC_BYTES = {"gfx950": 256 << 20, "gfx942": 256 << 20}
+"""Last-level caches beyond the L2 torch reports (MI300 series: 256 MiB Infinity Cache in front of HBM)."""
 MIN_FLUSH_CACHE_BYTES = 64 << 20
 """The least cache a GPU's cold-cache flush evicts (twice this is read), whatever L2 size it reports."""
-
 GRAPH_UNROLL_CAP = {"cuda": 64, "rocm": 8, "cpu": 1}
 """Most calls captured into one graph: long unrolled HIP graphs have crashed on ROCm."""
 
@@ -84,9 +50,9 @@ class DeviceInfo:
 
     @property
     def model_cache_bytes(self) -> int:
-        """The cache the bytes model lets a call's tensors stay in between its kernels: a GPU's last-level
-        cache; 0 on a CPU (its L3 is shared with every core and process: every pass from DRAM, as before
-        the model was cache-aware) and on a simulated GPU (host times on the host's caches, like a CPU's)."""
+        """The cache the bytes model lets a call's tensors stay in between its kernels: a real GPU's
+        last-level cache; 0 on a CPU (its L3 is shared with every process) and a simulated GPU (host
+        times, on the host's caches)."""
         return self.llc_bytes if self.is_gpu and not self.simulated else 0
 
     @property
@@ -96,27 +62,20 @@ class DeviceInfo:
 
 def backend_of(device: torch.device) -> str:
     """'cuda', 'rocm' (a CUDA-API device under a HIP build of torch) or 'cpu'."""
-    if device.type == "cuda":
-        return "rocm" if torch.version.hip else "cuda"
-    return "cpu"
+    return ("rocm" if torch.version.hip else "cuda") if device.type == "cuda" else "cpu"
 
 
 def lookup_peak_gbps(name: str, arch: str = "") -> float | None:
     """Datasheet bandwidth for a device name (NVIDIA or AMD), else by AMD gfx arch, else None."""
-    upper = name.upper()
-    for table in (NVIDIA_PEAK_GBPS, AMD_PEAK_GBPS):
-        for key in sorted(table, key=len, reverse=True):
-            if key.upper() in upper:
-                return table[key]
-    base_arch = arch.split(":")[0]
-    return AMD_ARCH_PEAK_GBPS.get(base_arch)
+    for key in sorted(PEAK_GBPS, key=len, reverse=True):
+        if key.upper() in name.upper():
+            return PEAK_GBPS[key]
+    return AMD_ARCH_PEAK_GBPS.get(arch.split(":")[0])
 
 
 def resolve_device(spec: str = "auto") -> torch.device:
     """'auto' picks the first GPU (CUDA or ROCm) when there is one, else the CPU."""
-    if spec == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    return torch.device(spec)
+    return torch.device(("cuda:0" if torch.cuda.is_available() else "cpu") if spec == "auto" else spec)
 
 
 def _cpu_cache_bytes() -> int:
@@ -124,20 +83,8 @@ def _cpu_cache_bytes() -> int:
     sizes = []
     for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size")):
         text = Path(index).read_text().strip().upper()
-        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-        sizes.append(int(text.rstrip("KM")) * scale)
+        sizes.append(int(text.rstrip("KM")) * {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1))
     return max(sizes, default=64 << 20)
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 @simulated_gpu.device_cached
@@ -146,22 +93,20 @@ def detect(spec: str = "auto") -> DeviceInfo:
     device = resolve_device(spec)
     backend = backend_of(device)
     override = os.environ.get("PERFSUITE_PEAK_GBPS")
+    peak = float(override) if override else None
     if backend == "cpu":
-        peak = float(override) if override else None
         llc = _cpu_cache_bytes()
-        return DeviceInfo("cpu", "cpu", _cpu_name(), "cpu", peak, llc, llc_bytes=llc)
+        return DeviceInfo("cpu", "cpu", machine.cpu_model(), "cpu", peak, llc, llc_bytes=llc)
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
     arch = getattr(props, "gcnArchName", "") if backend == "rocm" else f"sm_{props.major}{props.minor}"
     runtime = f"HIP {torch.version.hip}" if backend == "rocm" else f"CUDA {torch.version.cuda}"
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)  # H100: 50 MiB; the project's H200: 60 MiB
     llc = max(l2, AMD_ARCH_LLC_BYTES.get(arch.split(":")[0], 0))
-    cache_bytes = max(llc, MIN_FLUSH_CACHE_BYTES)
-    peak = float(override) if override else lookup_peak_gbps(props.name, arch)
+    peak = lookup_peak_gbps(props.name, arch) if peak is None else peak
     simulated = simulated_gpu.active() is not None
-    return DeviceInfo(
-        backend, f"cuda:{index}", props.name, runtime, peak, cache_bytes, arch, simulated, llc_bytes=llc
-    )
+    cache = max(llc, MIN_FLUSH_CACHE_BYTES)
+    return DeviceInfo(backend, f"cuda:{index}", props.name, runtime, peak, cache, arch, simulated, llc)
 
 
 def synchronize(device: torch.device | str) -> None:

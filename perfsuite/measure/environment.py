@@ -24,49 +24,44 @@ def package_version(name: str) -> str:
         return "not installed"
 
 
-def git_sha() -> str:
-    """The perfsuite checkout's commit (with `-dirty` for uncommitted changes), or 'unknown'."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(
-            ["git", "-C", root, "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{sha}-dirty" if dirty else sha
-
-
 def _first_line_of(command: list[str]) -> str:
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True).stdout
+        out = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
-    return out.strip().splitlines()[0].strip() if out.strip() else ""
+    return out.splitlines()[0].strip() if out else ""
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().strip().splitlines()
+    except OSError:
+        return []
+
+
+def _smi(info: DeviceInfo, *options: str) -> str:
+    """The first line nvidia-smi prints about this device with these options ("" when it cannot)."""
+    return _first_line_of(["nvidia-smi", f"--id={info.device.split(':')[-1]}", *options])
+
+
+def git_sha() -> str:
+    """The perfsuite checkout's commit (with `-dirty` for uncommitted changes), or 'unknown'."""
+    git = ["git", "-C", str(Path(__file__).resolve().parent.parent)]
+    sha = _first_line_of([*git, "rev-parse", "--short=12", "HEAD"])
+    dirty = _first_line_of([*git, "status", "--porcelain", "--untracked-files=no"])
+    return "unknown" if not sha else f"{sha}-dirty" if dirty else sha
 
 
 def driver_version(info: DeviceInfo) -> str:
     """The GPU driver's version: nvidia-smi on NVIDIA, the amdgpu module's on ROCm; '' on a CPU or unknown."""
     if info.backend == "cuda":
-        index = info.device.split(":")[-1]
-        return _first_line_of(
-            ["nvidia-smi", f"--id={index}", "--query-gpu=driver_version", "--format=csv,noheader"]
-        )
-    if info.backend == "rocm":
-        try:
-            return Path("/sys/module/amdgpu/version").read_text().strip()
-        except OSError:
-            return ""
-    return ""
+        return _smi(info, "--query-gpu=driver_version", "--format=csv,noheader")
+    return "".join(_read_lines(Path("/sys/module/amdgpu/version"))[:1]) if info.backend == "rocm" else ""
+
+
+SMI_FIELDS = {"sm_mhz": "clocks.sm", "mem_mhz": "clocks.mem", "max_sm_mhz": "clocks.max.sm",
+              "temp_c": "temperature.gpu", "power_w": "power.draw"}  # fmt: skip
+"""What `gpu_state` reads from nvidia-smi: its key, nvidia-smi's field."""
 
 
 def gpu_state(info: DeviceInfo) -> dict[str, object]:
@@ -75,30 +70,13 @@ def gpu_state(info: DeviceInfo) -> dict[str, object]:
     if info.simulated or not info.is_gpu:
         return {}
     if info.backend == "cuda":
-        index = info.device.split(":")[-1]
-        fields = (
-            "clocks.sm",
-            "clocks.mem",
-            "clocks.max.sm",
-            "temperature.gpu",
-            "power.draw",
-        )
-        line = _first_line_of(
-            [
-                "nvidia-smi",
-                f"--id={index}",
-                f"--query-gpu={','.join(fields)}",
-                "--format=csv,noheader,nounits",
-            ]
-        )
+        line = _smi(info, f"--query-gpu={','.join(SMI_FIELDS.values())}", "--format=csv,noheader,nounits")
         values = [v.strip() for v in line.split(",")] if line else []
-        names = ("sm_mhz", "mem_mhz", "max_sm_mhz", "temp_c", "power_w")
-        return dict(zip(names, values, strict=True)) if len(values) == len(names) else {}
+        return dict(zip(SMI_FIELDS, values, strict=True)) if len(values) == len(SMI_FIELDS) else {}
     out: dict[str, object] = {}
     for card in sorted(Path("/sys/class/drm").glob("card[0-9]*/device"))[:1]:
         for name, key in (("pp_dpm_sclk", "sm_mhz"), ("pp_dpm_mclk", "mem_mhz")):
-            lines = _read_lines(card / name)
-            current = [line for line in lines if line.endswith("*")]
+            current = [line for line in _read_lines(card / name) if line.endswith("*")]
             if current:
                 out[key] = current[0].split()[1].rstrip("*")
         for temp in sorted(card.glob("hwmon/hwmon*/temp1_input"))[:1]:
@@ -126,39 +104,19 @@ def copy_columns(info: DeviceInfo) -> dict[str, object]:
     """copy_gbps and the state it was measured in: the SM and memory clocks (MHz) under the copies, and
     the seconds of warm-up copies before them."""
     copy = copy_measurement(info)
-    return {
-        "copy_gbps": copy.gbps,
-        "copy_sm_mhz": _mhz(copy.during, "sm_mhz"),
-        "copy_mem_mhz": _mhz(copy.during, "mem_mhz"),
-        "copy_warmup_s": copy.warmup_s,
-    }
-
-
-def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text().strip().splitlines()
-    except OSError:
-        return []
+    clocks = {f"copy_{key}": _mhz(copy.during, key) for key in ("sm_mhz", "mem_mhz")}
+    return {"copy_gbps": copy.gbps, **clocks, "copy_warmup_s": copy.warmup_s}
 
 
 def environment(info: DeviceInfo, scenario: str, *, run: str = "", settings: str = "") -> dict[str, object]:
     """Facts every row carries: where and with what it was measured (`run`: the run's label; `settings`:
     the fingerprint of its settings)."""
     return {
-        "scenario": scenario,
-        "run": run,
-        "settings": settings,
-        "threads": torch.get_num_threads(),
+        "scenario": scenario, "run": run, "settings": settings, "threads": torch.get_num_threads(),
         **machine.facts(),
-        "backend": info.backend,
-        "device": info.name,
-        "simulated": info.simulated,
-        "runtime": info.runtime,
-        "driver": driver_version(info),
-        "peak_gbps": info.peak_gbps if info.peak_gbps else float("nan"),
+        "backend": info.backend, "device": info.name, "simulated": info.simulated, "runtime": info.runtime,
+        "driver": driver_version(info), "peak_gbps": info.peak_gbps if info.peak_gbps else float("nan"),
         **copy_columns(info),
-        "model_cache_bytes": info.model_cache_bytes,
-        "torch": torch.__version__,
-        "triton": package_version("triton"),
-        "git_sha": git_sha(),
-    }
+        "model_cache_bytes": info.model_cache_bytes, "torch": torch.__version__,
+        "triton": package_version("triton"), "git_sha": git_sha(),
+    }  # fmt: skip

@@ -20,8 +20,7 @@ Call = Callable[[], Outputs]
 
 
 class GraphCaptureError(RuntimeError):
-    """A call that could not be captured into a graph (a host sync, an unsupported op, ...); `cause` is
-    the error that broke the capture."""
+    """A call that could not be captured into a graph; `cause` is the error that broke the capture."""
 
     def __init__(self, message: str, cause: BaseException | None = None):
         super().__init__(message)
@@ -29,13 +28,12 @@ class GraphCaptureError(RuntimeError):
 
 
 INVALIDATED = ("previous error during capture", "capture invalidated", "cudaErrorStreamCaptureInvalidated")
-"""What ending an invalidated capture raises (`cudaStreamEndCapture`): the error that invalidated it is
-its `__context__`."""
+"""What ending an invalidated capture raises: the error that invalidated it is its `__context__`."""
 
 
 def capture_cause(exc: BaseException) -> BaseException:
-    """The error that broke a capture: past the "operation failed due to a previous error during
-    capture" that `torch.cuda.graph`'s exit raises on top of it, and past a `GraphCaptureError`."""
+    """The error that broke a capture: past the `INVALIDATED` error `torch.cuda.graph`'s exit raises on
+    top of it, and past a `GraphCaptureError`."""
     seen: set[int] = set()
     while id(exc) not in seen:
         seen.add(id(exc))
@@ -49,8 +47,8 @@ def capture_cause(exc: BaseException) -> BaseException:
 
 
 def warm_up(body: Callable[[], object], device: torch.device, times: int) -> object:
-    """Run `body` `times` times on a side stream, as before a capture (library handles, Triton
-    compilation, lazily allocated buffers); the last result (None when `times` is 0)."""
+    """Run `body` `times` times on a side stream, as before a capture (library handles, Triton compilation,
+    lazy buffers); the last result (None when `times` is 0)."""
     result = None
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
@@ -64,15 +62,11 @@ def warm_up(body: Callable[[], object], device: torch.device, times: int) -> obj
 
 @contextlib.contextmanager
 def capturing(
-    graph: torch.cuda.CUDAGraph,
-    device: torch.device,
-    pool: object | None = None,
-    what: str = "graph capture failed",
+    graph: torch.cuda.CUDAGraph, device: torch.device, pool: object = None, what: str = "graph capture failed"
 ) -> Iterator[None]:
-    """`with capturing(graph, device):` the block is captured into `graph` (`torch.cuda.graph`), the one
-    capture routine of perfsuite. A capture that fails leaves the process on the stream it was on
-    (`torch.cuda.graph` leaves its side stream current when ending the capture raises) and raises
-    `GraphCaptureError("{what}: Type: first line")` naming the error that broke it."""
+    """`with capturing(graph, device):` the block is captured into `graph`, perfsuite's one capture routine.
+    A failed capture puts the caller's stream back (`torch.cuda.graph` leaves its side stream current) and
+    raises `GraphCaptureError("{what}: Type: first line")` naming the error that broke it."""
     before = torch.cuda.current_stream(device)
     try:
         with torch.cuda.graph(graph, pool=pool):
@@ -98,11 +92,8 @@ def unavailable(path: str, device: torch.device) -> str | None:
 
 @dataclass(frozen=True)
 class PreparedCall:
-    """One selector bound to its inputs on one path.
-
-    `run` executes the path once (for parity); `body` is what a graph captures; `graphed` says whether
-    timing should replay captured copies of `body` rather than call `run`.
-    """
+    """One selector bound to its inputs on one path: `run` executes the path once (for parity), `body` is
+    what a graph captures; `graphed`: timing replays captured copies of `body` rather than call `run`."""
 
     path: str
     run: Call
@@ -131,12 +122,10 @@ class GraphCall:
 
     def __init__(self, body: Call, device: torch.device, unroll: int = 1, warmup: int = 3):
         warm_up(body, device, warmup)
-        self.graph = torch.cuda.CUDAGraph()
+        self.graph, self.unroll = torch.cuda.CUDAGraph(), unroll
         with capturing(self.graph, device):
             for _ in range(unroll):
-                outputs = body()
-        self.outputs = outputs
-        self.unroll = unroll
+                self.outputs = body()
 
     def __call__(self) -> Outputs:
         self.graph.replay()
@@ -145,11 +134,8 @@ class GraphCall:
 
 def prepare(path: str, select: Selector, logits: torch.Tensor, k: int) -> PreparedCall:
     """Bind `select` to its inputs on `path` (a graph path captures once here)."""
-    if path == "eager":
-        call = bind(select, logits, k)
-        return PreparedCall(path, call, call, graphed=False)
-    if path == "compile":
-        call = bind(compiled(select), logits, k)
+    if path in ("eager", "compile"):
+        call = bind(compiled(select) if path == "compile" else select, logits, k)
         return PreparedCall(path, call, call, graphed=False)
     if path == "graph":
         reason = unavailable(path, logits.device)

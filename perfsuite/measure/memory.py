@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -35,7 +36,6 @@ COPY_WARMUP_S = 0.2
 H200 of this project's kind read 345 MHz SM idle, 1980 MHz under load). Simulated GPUs and CPUs: none."""
 WARMUP_LOOK_S = 2e-3
 """Seconds of copies queued between two looks at the host clock during the warm-up."""
-Probe = Callable[[], dict[str, object]]
 
 
 @dataclass(frozen=True)
@@ -66,57 +66,43 @@ def _time_copies(dst: torch.Tensor, src: torch.Tensor, reps: int) -> list[float]
     return times
 
 
-def _warm_up(
-    dst: torch.Tensor, src: torch.Tensor, seconds: float, probe: Probe | None, one_copy_s: float
-) -> CopyBandwidth:
-    """Copy for at least `seconds` of host time, and until `probe` (run on a thread meanwhile, so it reads
-    the device under load) has returned; the gbps field is left NaN."""
-    batch = max(1, int(WARMUP_LOOK_S / one_copy_s)) if one_copy_s > 0 else 1
-    copies, start = 0, time.perf_counter()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        reading = pool.submit(probe) if probe is not None else None
-        while time.perf_counter() - start < seconds or (reading is not None and not reading.done()):
-            for _ in range(batch):
-                dst.copy_(src)
-            synchronize(src.device)
-            copies += batch
-        during = reading.result() if reading is not None else {}
-    return CopyBandwidth(float("nan"), time.perf_counter() - start, copies, during)
-
-
 def copy_bandwidth(
     device: str,
     nbytes: int = 512 << 20,
     reps: int = 10,
     warmup_s: float | None = None,
-    probe: Probe | None = None,
+    probe: Callable[[], dict[str, object]] | None = None,
 ) -> CopyBandwidth:
-    """Achievable bandwidth: the median of `reps` device-to-device copies, read + write bytes counted.
-
-    On a GPU the copies are timed after `warmup_s` (default `COPY_WARMUP_S`) of copies, during which
-    `probe` (e.g. the clocks) runs; on a CPU or a simulated GPU after one untimed copy (default 0 s)."""
+    """Achievable bandwidth: the median of `reps` device-to-device copies, read + write bytes counted. On a
+    GPU they are timed after `warmup_s` (default `COPY_WARMUP_S`) of copies, and until `probe` (e.g. the
+    clocks, read on a thread so it sees the device under load) has returned; on a CPU or a simulated GPU
+    after one untimed copy (default 0 s)."""
     src = torch.empty(nbytes, dtype=torch.int8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
     if warmup_s is None:
         real_gpu = src.device.type == "cuda" and simulated_gpu.active() is None
         warmup_s = COPY_WARMUP_S if real_gpu else 0.0
+    copies, warmed_s, during = 0, 0.0, {}
     if warmup_s > 0 or probe is not None:
         synchronize(src.device)
         start = time.perf_counter()
-        dst.copy_(src)  # timed after the first: sizes the warm-up's batches
+        dst.copy_(src)  # timed: sizes the warm-up's batches
         synchronize(src.device)
-        warm = _warm_up(dst, src, warmup_s, probe, time.perf_counter() - start)
-    else:
-        warm = CopyBandwidth(float("nan"), 0.0, 0)
+        one_copy_s = time.perf_counter() - start
+        batch = max(1, int(WARMUP_LOOK_S / one_copy_s)) if one_copy_s > 0 else 1
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            reading = pool.submit(probe) if probe is not None else None
+            while time.perf_counter() - start < warmup_s or (reading is not None and not reading.done()):
+                for _ in range(batch):
+                    dst.copy_(src)
+                synchronize(src.device)
+                copies += batch
+            during = reading.result() if reading is not None else {}
+        warmed_s = time.perf_counter() - start
     times = sorted(_time_copies(dst, src, reps))
-    return replace(warm, gbps=gbps(2 * nbytes, times[len(times) // 2]))
-
-
-@simulated_gpu.device_cached
-def copy_gbps(device: str, nbytes: int = 512 << 20, reps: int = 10) -> float:
-    """`copy_bandwidth(...).gbps`, once per process and device."""
-    return copy_bandwidth(device, nbytes, reps).gbps
+    return CopyBandwidth(gbps(2 * nbytes, times[len(times) // 2]), warmed_s, copies, during)
 
 
 def available_bytes(device: torch.device) -> int:
@@ -133,24 +119,10 @@ def fits(nbytes: int, device: torch.device, host_bytes: int = 0) -> str | None:
     host = torch.device("cpu")
     needs = [(nbytes + host_bytes, host)] if device.type == "cpu" else [(nbytes, device), (host_bytes, host)]
     for need, where in needs:
-        if not need:
-            continue
-        free = available_bytes(where)
+        free = available_bytes(where) if need else 0
         if need > MEMORY_HEADROOM * free:
             return f"needs about {need / 2**30:.2f} GiB of {where.type} memory, {free / 2**30:.2f} GiB free"
     return None
-
-
-def _cpu_peak_from_profiler(prof: profile) -> int:
-    """Peak of the running total of CPU allocations (+) and frees (-) the profiler recorded, in order."""
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
-    running = peak = 0
-    for event in events:
-        if event.device_type() == torch.autograd.DeviceType.CPU:
-            running += event.nbytes()
-            peak = max(peak, running)
-    return peak
 
 
 @contextlib.contextmanager
@@ -167,12 +139,10 @@ def native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def peak_temp_bytes(call, info: DeviceInfo) -> int:
-    """Peak memory one call allocates beyond what exists before it (its outputs included).
-
-    GPU: the caching allocator's peak statistic. CPU: the profiler's allocation events (torch's CPU
-    allocator keeps no statistics), replayed in order to find the high-water mark.
-    """
+def peak_temp_bytes(call: Callable[[], object], info: DeviceInfo) -> int:
+    """Peak memory one call allocates beyond what exists before it (its outputs included): on a GPU the
+    allocator's peak statistic; on a CPU (whose allocator keeps no statistics) the high-water mark of the
+    profiler's allocation (+) and free (-) events, in order."""
     device = torch.device(info.device)
     if info.is_gpu:
         synchronize(device)
@@ -183,4 +153,7 @@ def peak_temp_bytes(call, info: DeviceInfo) -> int:
         return torch.cuda.max_memory_allocated(device) - before
     with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         call()
-    return _cpu_peak_from_profiler(prof)
+    events = sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns())
+    cpu = torch.autograd.DeviceType.CPU
+    allocations = (e.nbytes() for e in events if e.name() == "[memory]" and e.device_type() == cpu)
+    return max([0, *itertools.accumulate(allocations)])

@@ -1,4 +1,4 @@
-"""Reports from result rows: load result files back (`load`) and write the HTML report (`html`).
+"""Reports of a run (`results.run.Run`): the HTML report (`html`), the markdown summary, the compare page.
 
 Every page is built from one vocabulary of blocks (`blocks`: sections, tables, figures, notes), numbers
 written by `formatting`, and rendered by `page`. The report's sections: `kernel_sections` (with
@@ -13,6 +13,5 @@ from __future__ import annotations
 
 from perfsuite.report.html import build_report
 from perfsuite.report.plots import plots_available
-from perfsuite.results.read import coerce, load_many, load_results
 
-__all__ = ["build_report", "coerce", "load_many", "load_results", "plots_available"]
+__all__ = ["build_report", "plots_available"]

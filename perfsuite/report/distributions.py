@@ -2,7 +2,7 @@
 sample as a point, so a reader sees what a median and its p20-p80 band hide (a bimodal case, a few slow
 outliers, a variant that only looks faster because of one noisy round).
 
-The raw samples come from `samples.jsonl` (`perfsuite.results.read.load_samples`): a frame of case_id, run
+The raw samples come from `samples.jsonl` (`Run.samples`): a frame of case_id, run
 and seconds (a list per case). Only a bounded selection is drawn, to keep the page small: at most
 `MAX_SHAPES` shapes of one logits distribution, evenly spread from the smallest batch x vocab to the
 largest, each with at most `MAX_SAMPLES` samples per variant; the figure's caption says which.

@@ -80,14 +80,5 @@ def _edge_cell(rec: dict | None) -> Cell:
 
 
 def _truthy(value: object) -> bool | None:
-    """True / False from bools, numbers and 'true' / 'false' strings; None when unknown (NaN, empty)."""
-    if value is None or fmt.is_nan(value) or value is pd.NA:
-        return None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("true", "yes", "1"):
-            return True
-        if text in ("false", "no", "0"):
-            return False
-        return None
-    return bool(value)
+    """A typed boolean cell: None where unknown."""
+    return None if value is None or value is pd.NA or fmt.is_nan(value) else bool(value)

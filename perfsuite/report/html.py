@@ -11,7 +11,7 @@ still written, each figure becomes a note and the page says at the top how to ge
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -23,55 +23,38 @@ from perfsuite.report import edge_case_section, kernel_sections
 from perfsuite.report.blocks import Note, Section
 from perfsuite.report.kernel_context import UNSTABLE_MARK, Context
 from perfsuite.report.page import render_page
+from perfsuite.results.run import EDGE_CASES, PRIMARY, Run
 
 DEFAULT_TITLE = "perfsuite: top-k selection of the draft step"
 REPORT_AGAIN = "`perfsuite report DIR/results.csv` (DIR: the run's folder)"
 
 
 def build_report(
-    results: pd.DataFrame,
-    out_path: str | Path,
-    *,
-    edge_cases: pd.DataFrame | None = None,
-    draft: pd.DataFrame | None = None,
-    tables: Mapping[str, pd.DataFrame | None] | None = None,
-    environment: dict[str, str] | None = None,
-    title: str = DEFAULT_TITLE,
-    notes: Sequence[str] = (),
-    samples: pd.DataFrame | None = None,
+    run: Run, out_path: str | Path, *, environment: dict[str, str] | None = None, title: str = DEFAULT_TITLE
 ) -> Path:
-    """Write one self-contained HTML report of `results` (schema frame) to `out_path`; return its path.
-
-    `out_path` may be a directory (the file is then `report.html` in it). Each case kind
-    (`perfsuite.core.kinds`) draws its sections from its rows: `results` is results.csv (kernel and
-    tensor-parallel rows), `tables` the other kinds' tables by file name (`draft` is the same as
-    `tables={"draft.csv": draft}`). `edge_cases` is the edge-case matrix (pattern, description, dtype,
-    topk, variant, index, topk_p, index_valid, same_as_baseline, error). `environment` overrides what
-    the frame's columns say about the machine and run. `notes`: the run's warnings (run.json's `notes`:
-    a shared machine, dropped log lines), shown in a banner at the top with what the rows' `other_cores`
-    and `unstable` columns add (`measurement_warnings`). `samples`: the raw samples
-    (`load.load_samples`: case_id, run, seconds), for the distribution figure.
-    """
+    """Write one self-contained HTML report of `run` (`results.run.load_run`) to `out_path` (a folder: its
+    `report.html`); return its path. Each case kind (`perfsuite.core.kinds`) draws its sections from its
+    rows; then the edge cases, skips, the full results table and the environment (`environment` over what
+    the rows say). The run's notes (run.json: a shared machine, dropped log lines) open the page, with what
+    the rows' `other_cores` and `unstable` columns add (`measurement_warnings`)."""
     out = Path(out_path)
     if out.is_dir() or out.suffix == "":
         out = out / "report.html"
-    by_file = kind_tables(results, {**({"draft.csv": draft} if draft is not None else {}), **(tables or {})})
-    frames = {kind.name: kinds.rows_of(kind, by_file[kind.table_file]) for kind in kinds.KINDS}
+    results = run.frame
+    frames = {kind.name: run.rows(kind) for kind in kinds.KINDS}
     primary = frames[kinds.KINDS[0].name]  # single-device kernel rows: the page's context
-    ctx = Context.of(primary, samples)
+    ctx = Context.of(primary, run.samples)
     every = ctx if len(primary) == len(results) else Context.of(results)
     sections = [
-        *(s for kind in kinds.KINDS for s in kind.part("sections")(frames[kind.name], samples)),
-        edge_case_section.section(edge_cases),
-        *(
-            [kernel_sections.skipped_section(every), kernel_sections.results_section(every)]
-            if len(results)
-            else []
-        ),
+        *(s for kind in kinds.KINDS for s in kind.part("sections")(frames[kind.name], run.samples)),
+        edge_case_section.section(run.tables.get(EDGE_CASES)),
+        *(kernel_sections.skipped_section(every), kernel_sections.results_section(every))[
+            : 2 * bool(len(results))
+        ],
         kernel_sections.environment_section(ctx, environment),
     ]
     sections = [s for s in sections if s is not None]
-    others = [frame for name, frame in by_file.items() if name != kinds.KINDS[0].table_file]
+    others = [frame for name, frame in run.tables.items() if name != PRIMARY]
     simulated = _simulated_devices(results, *others)
     if simulated:
         note = (
@@ -81,20 +64,11 @@ def build_report(
         sections.insert(0, Section("simulated", "Simulated GPU", [Note(note)]))
     if not len(results) and all(frame.empty for frame in others):
         sections.insert(0, Section("summary", "Summary", [Note("No result rows: nothing to plot.")]))
-    warnings = measurement_warnings(results, notes)
+    warnings = measurement_warnings(results, run.notes)
     html = render_page(title, ctx.subtitle(), sections, REPORT_AGAIN, warnings=warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return out
-
-
-def kind_tables(results: pd.DataFrame, tables: Mapping[str, pd.DataFrame | None]) -> dict[str, pd.DataFrame]:
-    """Every kind's table by file name: results.csv is `results`, a table not given is empty."""
-    given = {kinds.KINDS[0].table_file: results, **tables}
-    return {
-        name: given.get(name) if given.get(name) is not None else pd.DataFrame()
-        for name in kinds.table_files()
-    }
 
 
 def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> list[str]:
@@ -120,7 +94,7 @@ def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> li
                     "again on an idle one."
                 )
     if "unstable" in ok and len(ok):
-        unstable = int(ok["unstable"].astype(str).str.strip().str.lower().eq("true").sum())
+        unstable = int(ok["unstable"].fillna(False).sum())
         if unstable:
             out.append(
                 f"{unstable} of {len(ok)} measured cases are unstable (the p20-p80 spread of their samples "
@@ -140,10 +114,9 @@ def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> li
 def above_copy_rows(rows: pd.DataFrame) -> pd.Series:
     """Rows whose gbps exceeds the measured copy bandwidth: `above_copy`, else (results from before the
     column) pct_copy above 100."""
-    none = pd.Series("", index=rows.index)
-    flag = rows.get("above_copy", none).astype(str).str.strip().str.lower()
-    pct = pd.to_numeric(rows.get("pct_copy", none), errors="coerce")
-    return flag.eq("true") | (~flag.isin(["true", "false"]) & pct.gt(100))
+    flag = rows.get("above_copy", pd.Series(pd.NA, index=rows.index, dtype="boolean"))
+    pct = rows.get("pct_copy", pd.Series(float("nan"), index=rows.index))
+    return flag.fillna(pct.gt(100)).astype(bool)
 
 
 def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
@@ -152,10 +125,10 @@ def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
     for frame in frames:
         if frame is None or frame.empty or "device" not in frame:
             continue
-        flag = frame["simulated"].astype(str).eq("True") if "simulated" in frame else False
+        flag = frame["simulated"].fillna(False).astype(bool) if "simulated" in frame else False
         labelled = frame["device"].astype(str).str.endswith("(simulated)")
         names.update(frame.loc[flag | labelled, "device"].astype(str))
     return sorted(names)
 
 
-__all__ = ["DEFAULT_TITLE", "build_report", "kind_tables", "measurement_warnings"]
+__all__ = ["DEFAULT_TITLE", "build_report", "measurement_warnings"]

@@ -17,8 +17,7 @@ import pandas as pd
 
 from perfsuite.measure.timing import UNSTABLE_SPREAD
 from perfsuite.report import formatting as fmt
-from perfsuite.results.read import coerce
-from perfsuite.results.schema import BASELINE, BASELINES, add_speedups
+from perfsuite.results.columns import BASELINE, BASELINES, add_speedups, complete
 
 INEXACT_SHORTCUT = "argmax_ones"
 LOWEST_INDEX_IDENTITY = "identity"
@@ -105,7 +104,7 @@ class Context:
 
 
 def run_labels(frame: pd.DataFrame) -> pd.Series:
-    """Each row's run: its `run` label, else the file it came from (`source`, from `load_many`), else ''."""
+    """Each row's run: its `run` label, else the file it came from (`source`), else ''."""
     labels = pd.Series("", index=frame.index, dtype=object)
     for column in ("source", "run"):  # run wins over source
         if column in frame:
@@ -116,7 +115,7 @@ def run_labels(frame: pd.DataFrame) -> pd.Series:
 
 
 def _prepare(results: pd.DataFrame) -> pd.DataFrame:
-    frame = coerce(results)
+    frame = complete(results)
     for column in DIMENSIONS:
         frame[column] = frame[column].fillna("-").astype(str)
     frame["status"] = frame["status"].replace("-", "ok")
@@ -124,7 +123,7 @@ def _prepare(results: pd.DataFrame) -> pd.DataFrame:
     for column in ("vocab", "batch", "topk"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     frame["topk"] = frame["topk"].fillna(-1)
-    frame[UNSTABLE] = frame["unstable"].astype(str).str.strip().str.lower().eq("true")
+    frame[UNSTABLE] = frame["unstable"].fillna(False).astype(bool)
     runs = run_labels(frame)
     if len(frame) and runs.groupby(frame["device"]).nunique().max() > 1:
         frame[UNIT] = frame["device"] + " · " + runs.replace("", "(no run label)")

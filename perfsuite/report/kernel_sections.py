@@ -49,7 +49,7 @@ from perfsuite.report.kernel_figures import (
     speedup_cells,
     speedup_figures,
 )
-from perfsuite.results.schema import FLAG_TOLERANCE, flagged
+from perfsuite.results.columns import FLAG_TOLERANCE, flagged
 
 ENVIRONMENT_COLUMNS = (
     "device",

@@ -36,8 +36,9 @@ from perfsuite.report.kernel_context import (
     speedup_pairs,
     tie_policy,
 )
-from perfsuite.results.read import coerce, load_many, run_notes
-from perfsuite.results.schema import BASELINE, add_speedups
+from perfsuite.results.columns import BASELINE, add_speedups
+from perfsuite.results.columns import complete as coerce
+from perfsuite.results.run import load_run
 
 CASE = ["device", "path", "dtype", "vocab", "batch", "topk"]
 """The case keys every summary has; `case_keys` adds run and l2 where they vary."""
@@ -81,9 +82,7 @@ def per_variant(frame: pd.DataFrame) -> pd.DataFrame:
     nan = pd.Series(float("nan"), index=ok.index)
     method = ok["speedup_method"] if "speedup_method" in ok else pd.Series(pd.NA, index=ok.index)
     ok = ok.assign(
-        _unstable=ok["unstable"].astype(str).str.strip().str.lower().eq("true")
-        if "unstable" in ok
-        else False,
+        _unstable=ok["unstable"].fillna(False).astype(bool) if "unstable" in ok else False,
         _speedup=pd.to_numeric(ok["speedup_vs_full"], errors="coerce") if "speedup_vs_full" in ok else nan,
         _p20=pd.to_numeric(ok["speedup_p20"], errors="coerce") if "speedup_p20" in ok else nan,
         _p80=pd.to_numeric(ok["speedup_p80"], errors="coerce") if "speedup_p80" in ok else nan,
@@ -425,6 +424,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = " ".join(__doc__[: __doc__.index("\n\n")].split())
     parser.add_argument("results", nargs="+", help="results.csv / .json / .jsonl or run folders")
     parser.add_argument("--out", help="write the markdown here too")
+    parser.add_argument("--csv", help="also write its rows, every column on every row (the run's too)")
     parser.add_argument("--tuned", help="a tuned-plan table to add (default: tuned.json beside the results)")
 
 
@@ -442,8 +442,10 @@ def run(args: argparse.Namespace) -> int:
         Path(args.tuned) if args.tuned else (first if first.is_dir() else first.parent) / "tuned.json"
     )
     try:
-        frame = load_many([Path(p) for p in args.results])
-        text = summary_markdown(frame, notes=run_notes(args.results))
+        run = load_run(args.results)
+        text = summary_markdown(run.frame, notes=run.notes)
+        if args.csv:
+            run.frame.to_csv(args.csv, index=False)
         if args.tuned or tuned_file.exists():
             text += tuned_markdown(tuned_file)
     except (OSError, ValueError, TypeError, KeyError) as exc:

@@ -1,9 +1,7 @@
-"""The tensor-parallel section of the report: all-gather-then-select against merge-partials, per tp.
+"""The tensor-parallel section of the report, all-gather-then-select against merge-partials: a comparison
+table and a figure per tp (plotly only to draw a figure; without it a note in its place).
 
-`section(frame)` holds the comparison table and a figure per tp; `tp_html(frame)` is its body as HTML.
-    perfsuite tp-page ROWS.jsonl... [--out tp.html]   (table; standalone page)
-
-plotly is imported only to draw a figure; without it each figure is a note and the tables stay.
+    perfsuite tp-page ROWS.jsonl... [--out tp.html]   (the table; with --out a standalone page)
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import pandas as pd
 
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import Block, Note, Section, Table, figure_block, guarded_section
-from perfsuite.report.page import render_fragment, render_page
+from perfsuite.report.page import render_page
 from perfsuite.variants import tensor_parallel
 
 if TYPE_CHECKING:
@@ -29,9 +27,8 @@ TITLE = "Tensor parallel: all-gather then select vs merge partials"
 PAGE_TITLE = "perfsuite: tensor-parallel selection"
 REPORT_AGAIN = "`perfsuite tp-page ROWS... --out FILE.html`"
 SHAPE = ["dtype", "vocab", "batch", "topk"]
-ALLGATHER = ("allgather_full_softmax", "allgather_identity")
-SHARDED = ("sharded_torch", "sharded_triton")
 SPEEDUP_CAPTION = "speedup: fastest all-gather variant's median / fastest merge-partials variant's"
+COLORS = ("#636efa", "#ab63fa", "#00cc96", "#ef553b")
 
 
 def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
@@ -44,15 +41,12 @@ def section(frame: pd.DataFrame) -> Section:
     rows = tp_rows(frame)
     if rows.empty:
         return Section(SECTION_ID, TITLE, [Note("No tensor-parallel rows were measured.")])
-    blocks: list[Block] = [_comparison_table(comparison(rows))]
+    table = comparison(rows)
+    cells = [[fmt.grouped(v) for v in row] for row in table.itertuples(index=False)]
+    blocks: list[Block] = [Table([str(c) for c in table.columns], cells, SPEEDUP_CAPTION)]
     for tp in sorted(int(tp) for tp in rows["tp"].dropna().unique()):
         blocks.append(figure_block(f"tp-{tp}", _figure_title(tp), partial(figure, rows, tp)))
     return Section(SECTION_ID, TITLE, blocks)
-
-
-def tp_html(frame: pd.DataFrame) -> str:
-    """The tensor-parallel section's body as HTML, without the page around it (a note without TP rows)."""
-    return render_fragment(section(frame))
 
 
 def tp_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -70,22 +64,14 @@ def comparison(rows: pd.DataFrame) -> pd.DataFrame:
     keys = ["tp", *SHAPE]
     wide = rows.pivot_table(index=keys, columns="variant", values="median_us", aggfunc="median")
     comm = rows.pivot_table(index=keys, columns="variant", values="comm_bytes_model", aggfunc="first")
-    out = pd.DataFrame(index=wide.index)
-    for name in tensor_parallel.names():
-        if name in wide:
-            out[f"{name} us"] = wide[name]
-    gathered = [n for n in ALLGATHER if n in wide]
-    sharded = [n for n in SHARDED if n in wide]
+    out = pd.DataFrame({f"{n} us": wide[n] for n in tensor_parallel.names() if n in wide}, index=wide.index)
+    gathered = [n for n in wide if n.startswith("allgather_")]
+    sharded = [n for n in wide if n.startswith("sharded_")]
     if gathered and sharded:
         out["speedup"] = wide[gathered].min(axis=1) / wide[sharded].min(axis=1)
         out["all-gather bytes/rank"] = comm[gathered].max(axis=1)
         out["partials bytes/rank"] = comm[sharded].min(axis=1)
     return out.reset_index()
-
-
-def _comparison_table(table: pd.DataFrame) -> Table:
-    rows = [[fmt.grouped(v) for v in row] for row in table.itertuples(index=False)]
-    return Table([str(c) for c in table.columns], rows, SPEEDUP_CAPTION)
 
 
 def _figure_title(tp: int) -> str:
@@ -102,41 +88,18 @@ def figure(rows: pd.DataFrame, tp: int) -> go.Figure:
 
     part = rows[rows["tp"] == tp].sort_values(SHAPE)
     labels = list(dict.fromkeys(part.apply(_label, axis=1)))
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        subplot_titles=("time per call (us, max over ranks)", "interconnect bytes per rank (model)"),
-    )
+    titles = ("time per call (us, max over ranks)", "interconnect bytes per rank (model)")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=titles)
     for i, name in enumerate(n for n in tensor_parallel.names() if n in set(part["variant"])):
         mine = part[part["variant"] == name]
         x = list(mine.apply(_label, axis=1))
-        fig.add_bar(
-            x=x, y=mine["median_us"], name=name, legendgroup=name, marker_color=_color(i), row=1, col=1
-        )
-        bytes_trace = {"name": name, "legendgroup": name, "showlegend": False, "marker_color": _color(i)}
-        fig.add_bar(x=x, y=mine["comm_bytes_model"], **bytes_trace, row=2, col=1)
+        style = {"name": name, "legendgroup": name, "marker_color": COLORS[i % len(COLORS)]}
+        fig.add_bar(x=x, y=mine["median_us"], **style, row=1, col=1)
+        fig.add_bar(x=x, y=mine["comm_bytes_model"], **style, showlegend=False, row=2, col=1)
     fig.update_xaxes(categoryorder="array", categoryarray=labels)
     fig.update_yaxes(type="log")
-    fig.update_layout(
-        title=_figure_title(tp),
-        barmode="group",
-        template="plotly_white",
-        height=620,
-    )
+    fig.update_layout(title=_figure_title(tp), barmode="group", template="plotly_white", height=620)
     return fig
-
-
-def _color(i: int) -> str:
-    return ("#636efa", "#ab63fa", "#00cc96", "#ef553b")[i % 4]
-
-
-def page(frame: pd.DataFrame, title: str = PAGE_TITLE) -> str:
-    """A standalone page around the section, plotly.js inlined (no network needed to view it); without
-    plotly, no script and a note on how to get the plots."""
-    rows = tp_rows(frame)
-    subtitle = f"{len(rows)} measured tensor-parallel cases"
-    return render_page(title, subtitle, [section(frame)], REPORT_AGAIN)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -170,9 +133,12 @@ def run(args: argparse.Namespace) -> int:
         failed = frame[frame["verdict"] == "fail"]
         for row in failed.itertuples():
             print(f"PARITY FAIL {row.case_id}: {row.problem}")
-    print(comparison(tp_rows(frame)).to_string(index=False))
-    if args.out:
-        Path(args.out).write_text(page(frame), encoding="utf-8")
+    rows = tp_rows(frame)
+    print(comparison(rows).to_string(index=False))
+    if args.out:  # plotly.js inlined (no network needed to view it); without plotly a note on the plots
+        subtitle = f"{len(rows)} measured tensor-parallel cases"
+        page = render_page(PAGE_TITLE, subtitle, [section(frame)], REPORT_AGAIN)
+        Path(args.out).write_text(page, encoding="utf-8")
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

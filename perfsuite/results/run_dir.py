@@ -26,8 +26,8 @@ import filelock
 
 from perfsuite.core import kinds
 from perfsuite.core.console import utc_now
-from perfsuite.results.read import FormatTooNew, format_of
-from perfsuite.results.schema import FORMAT_COLUMN, FORMAT_VERSION
+from perfsuite.results.columns import FORMAT_COLUMN, FORMAT_VERSION
+from perfsuite.results.read import FormatTooNew, format_of, read_manifest
 from perfsuite.results.sweep_shards import Shard, shard_of
 from perfsuite.scenario.load import Scenario
 
@@ -112,14 +112,6 @@ def claimed(out_dir: Path) -> Iterator[None]:
         lock.release()
 
 
-def read_manifest(out_dir: Path) -> dict[str, object] | None:
-    try:
-        data = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def write_manifest(out_dir: Path, manifest: dict[str, object]) -> None:
     """`run.json`, atomically, its first key this perfsuite's result format (`schema.FORMAT_VERSION`)."""
     path = out_dir / MANIFEST
@@ -140,7 +132,7 @@ def put_aside(out_dir: Path) -> Path | None:
     files = run_files(out_dir)
     if not files:
         return None
-    manifest = read_manifest(out_dir) or {}
+    manifest = read_manifest(out_dir, check=False) or {}
     label = str(
         manifest.get("label") or datetime.fromtimestamp(files[0].stat().st_mtime).strftime("%Y%m%d-%H%M%S")
     )

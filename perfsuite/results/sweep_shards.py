@@ -19,15 +19,14 @@ and `compare` see one run.
 from __future__ import annotations
 
 import heapq
-import json
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-import pandas as pd
-
 from perfsuite.core import dtypes
+from perfsuite.results.columns import FORMAT_COLUMN
+from perfsuite.results.read import format_of, read_manifest
 
 T = TypeVar("T")
 MANIFEST = "run.json"
@@ -123,14 +122,6 @@ class Merged:
     notes: list[str] = field(default_factory=list)
 
 
-def _manifest(folder: Path) -> dict[str, object]:
-    try:
-        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def shard_of(manifest: dict[str, object]) -> Shard | None:
     """The shard a run folder's manifest records (None: an unsharded run)."""
     value = manifest.get("shard")
@@ -142,11 +133,20 @@ def shard_of(manifest: dict[str, object]) -> Shard | None:
         return None
 
 
+def _facts(folder: Path) -> dict[str, object]:
+    return read_manifest(folder, check=False) or {}
+
+
+def is_shard(folder: Path) -> bool:
+    """Whether `folder` holds one shard of a sharded run."""
+    return shard_of(_facts(folder)) is not None
+
+
 def shard_folders(path: Path) -> list[Path]:
     """The shard run folders directly inside `path` (a `--shard` run's `--out`), by name; [] if none."""
     if not path.is_dir() or (path / MANIFEST).is_file():
         return []
-    return sorted(p for p in path.iterdir() if p.is_dir() and shard_of(_manifest(p)) is not None)
+    return sorted(p for p in path.iterdir() if p.is_dir() and shard_of(_facts(p)) is not None)
 
 
 def expand(paths: Iterable[str | Path]) -> list[Path]:
@@ -162,11 +162,9 @@ def merge(paths: Sequence[str | Path]) -> Merged | None:
     """Check that the run folders among `paths` are the shards of one run; None when none is a shard.
     `ShardError` when sharded folders are mixed with others, or differ in settings or shard count, or a
     shard comes twice; `read.FormatTooNew` when a shard's `run.json` is of a newer result format."""
-    from perfsuite.results.read import format_of
-    from perfsuite.results.schema import FORMAT_COLUMN
 
     folders = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
-    manifests = [_manifest(f) for f in folders]
+    manifests = [_facts(f) for f in folders]
     for folder, manifest in zip(folders, manifests, strict=True):  # known formats mix; a newer one: refused
         format_of(manifest.get(FORMAT_COLUMN), folder / MANIFEST)
     shards = [shard_of(m) for m in manifests]
@@ -235,52 +233,3 @@ def wrote_no_row(folder: Path) -> bool:
 def _holds_text(path: Path) -> bool:
     with path.open("rb") as f:  # a row log can be large: its first bytes are enough
         return bool(f.read(4096).strip())
-
-
-def relabel(frame: pd.DataFrame | None, label: str) -> pd.DataFrame | None:
-    """`frame` with its `run` column set to the merged run's label (rows and samples alike)."""
-    if frame is None or "run" not in frame:
-        return frame
-    frame = frame.copy()
-    frame["run"] = label
-    return frame
-
-
-@dataclass
-class MergedRun:
-    """The shards of one run read back as one: rows, raw samples, notes and the companion tables."""
-
-    frame: pd.DataFrame
-    samples: pd.DataFrame | None
-    notes: list[str]
-    tables: dict[str, pd.DataFrame]  # the case kinds' own tables (draft.csv), by file name
-    edge_cases: pd.DataFrame | None
-    folders: list[Path]
-
-
-def load(paths: Sequence[str | Path]) -> MergedRun | None:
-    """The shard folders among `paths` (folders of shard folders expanded) read as one run; None when
-    no path is a shard. `ShardError` as `merge`; a results file that cannot be read: `ValueError`."""
-    from perfsuite.core import kinds
-    from perfsuite.results.read import load_many, load_samples, read_table, run_notes
-
-    merged = merge(expand(paths))
-    if merged is None:
-        return None
-    folders = merged.folders
-    frame = relabel(load_many(folders), merged.label)
-    assert frame is not None
-    tables = {}
-    for name in kinds.table_files()[1:]:  # results.csv first, loaded above
-        parts = [read_table(f / name) for f in folders if (f / name).is_file()]
-        if parts:
-            tables[name] = relabel(pd.concat(parts, ignore_index=True), merged.label)
-    edges = [f / "edge_cases.csv" for f in folders if (f / "edge_cases.csv").is_file()]
-    return MergedRun(
-        frame=frame,
-        samples=relabel(load_samples(folders), merged.label),
-        notes=merged.notes + run_notes(folders),
-        tables=tables,
-        edge_cases=pd.read_csv(edges[0]) if edges else None,
-        folders=folders,
-    )

@@ -1,5 +1,6 @@
-"""The files a run leaves behind: the row log (`results.jsonl`) and the tables (`results.csv`, `.json`),
-in the schema of `perfsuite.results.schema`."""
+"""The files a run leaves behind: its row logs (`results.jsonl`, `draft.jsonl`, `samples.jsonl`), appended
+as each case finishes, and the tables written from them (`results.csv`, `.json`, each kind's CSV), in the
+order of the column registry (`perfsuite.results.columns`)."""
 
 from __future__ import annotations
 
@@ -10,34 +11,36 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.results.schema import FORMAT_COLUMN, FORMAT_VERSION, RESULT_COLUMNS
+from perfsuite.results.columns import FORMAT_COLUMN, FORMAT_VERSION, ordered
+
+PRIMARY = "results.csv"
 
 
-def to_frame(rows: Iterable[dict[str, object]]) -> pd.DataFrame:
-    """Rows to a frame with every schema column, in schema order (extra columns kept at the end)."""
-    frame = pd.DataFrame(list(rows))
-    for column in RESULT_COLUMNS:
-        if column not in frame:
-            frame[column] = pd.NA
-    extra = [c for c in frame.columns if c not in RESULT_COLUMNS]
-    return frame[list(RESULT_COLUMNS) + extra]
+def to_frame(rows: Iterable[dict[str, object]], table_file: str = PRIMARY, run: bool = True) -> pd.DataFrame:
+    """Rows as a frame with every column of `table_file` in registry order (the run columns too unless
+    `run` is False), missing ones empty, unregistered ones kept at the end."""
+    return ordered(pd.DataFrame(list(rows)), table_file, run)
 
 
 class ResultsLog:
     """Appends each finished row to a JSON-lines log at once, so an interrupted run keeps what it measured.
 
-    Reading tolerates a torn last line (a process killed mid-write, a full disk): it is dropped, and
-    `dropped` says so; so is any other line that is not a JSON object. Every row appended carries the
-    result format (`schema.FORMAT_COLUMN`); rows kept by `rewrite` keep theirs (none: format 1)."""
+    With the run's `constants` (run.json), a row leaves out the run columns that hold the run's value;
+    without them every row is stamped with this perfsuite's result format. Reading drops a torn last line
+    (a process killed mid-write) and any line that is not a JSON object, and says so in `dropped`."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, constants: dict[str, object] | None = None):
+        self.path, self.constants = path, constants or {}
         self.dropped: list[str] = []
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, row: dict[str, object]) -> None:
-        """Write one row, stamped with this perfsuite's result format (`FORMAT_VERSION`), and flush."""
-        row = {**row, FORMAT_COLUMN: FORMAT_VERSION}  # every kind's rows pass here: kernel, tp, draft
+        """Write one row and flush."""
+        row = {
+            k: v for k, v in row.items() if not (k in self.constants and _same(v, self.constants[k], True))
+        }
+        if not self.constants:
+            row[FORMAT_COLUMN] = FORMAT_VERSION
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row, default=_jsonable) + "\n")
             f.flush()
@@ -66,16 +69,19 @@ class ResultsLog:
     def rewrite(self, rows: list[dict[str, object]]) -> None:
         """Replace the log's contents with `rows` (atomically)."""
         tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, default=_jsonable) + "\n")
+        tmp.write_text("".join(json.dumps(row, default=_jsonable) + "\n" for row in rows), encoding="utf-8")
         tmp.replace(self.path)
 
 
-def _jsonable(value: object) -> object:
+def _same(value: object, constant: object, missing: bool = False) -> bool:
+    """Whether a row's value is the run's constant (or, with `missing`, no value at all)."""
     if isinstance(value, float) and math.isnan(value):
-        return None
-    return str(value)
+        return missing or (isinstance(constant, float) and math.isnan(constant))
+    return (value is None and missing) or (type(value) is type(constant) and value == constant)
+
+
+def _jsonable(value: object) -> object:
+    return None if isinstance(value, float) and math.isnan(value) else str(value)
 
 
 def write_tables(frame: pd.DataFrame, out_dir: Path) -> tuple[Path, Path]:

@@ -4,7 +4,7 @@ logits read from files (`file:NAME` kinds, `perfsuite.scenario.logits_files`).""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -15,27 +15,19 @@ DEFAULT_SCALE = 2.5
 """Standard deviation of the gaussian background, in logit units (LLM logits spread a few units)."""
 
 
-def _gaussian(
-    shape: tuple[int, int], gen: torch.Generator, device: torch.device, scale: float
-) -> torch.Tensor:
+def gaussian(shape, gen, device, scale, dtype=None) -> torch.Tensor:
+    """i.i.d. normal logits: a flat, uncertain head (top-1 probability of a few percent at most)."""
     return torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale
 
 
-def _distinct_columns(
-    shape: tuple[int, int], n: int, gen: torch.Generator, device: torch.device
-) -> torch.Tensor:
+def _distinct_columns(shape: tuple[int, int], n: int, gen: torch.Generator, device) -> torch.Tensor:
     """`n` different random column indices per row, `[B, n]`."""
     return torch.rand(shape, generator=gen, device=device).topk(n, dim=-1).indices
 
 
-def gaussian(shape, gen, device, scale, dtype) -> torch.Tensor:
-    """i.i.d. normal logits: a flat, uncertain head (top-1 probability of a few percent at most)."""
-    return _gaussian(shape, gen, device, scale)
-
-
 def peaked(shape, gen, device, scale, dtype) -> torch.Tensor:
     """A confident draft head: one token 12 logits above the background, two runners-up behind it."""
-    x = _gaussian(shape, gen, device, scale)
+    x = gaussian(shape, gen, device, scale)
     rows = torch.arange(shape[0], device=device)[:, None]
     picks = _distinct_columns(shape, min(3, shape[1]), gen, device)
     boosts = torch.tensor([12.0, 9.0, 8.0], device=device)[: picks.shape[1]]
@@ -55,7 +47,7 @@ def near_ties(shape, gen, device, scale, dtype) -> torch.Tensor:
     Softmax is shift-invariant, so rows are shifted to put the contenders near 0.75, where the bf16 grid
     is 2^-8 apart: their probabilities then differ by less than one bf16 ulp of the probability.
     """
-    x = _gaussian(shape, gen, device, scale)
+    x = gaussian(shape, gen, device, scale)
     x = x - x.amax(dim=-1, keepdim=True) - 1.0
     top, ulp = 0.75, low_precision_ulp(dtype, 0.75)
     n = min(5, shape[1])
@@ -72,7 +64,7 @@ def zipf(shape, gen, device, scale, dtype) -> torch.Tensor:
     ranks = torch.arange(1, shape[1] + 1, device=device, dtype=torch.float32)
     x = (-1.2 * scale * torch.log(ranks)).expand(shape).contiguous()
     order = torch.argsort(torch.rand(shape, generator=gen, device=device), dim=-1)
-    return x.gather(-1, order) + 0.01 * _gaussian(shape, gen, device, 1.0)
+    return x.gather(-1, order) + 0.01 * gaussian(shape, gen, device, 1.0)
 
 
 def ties(shape, gen, device, scale, dtype) -> torch.Tensor:
@@ -80,23 +72,17 @@ def ties(shape, gen, device, scale, dtype) -> torch.Tensor:
     return torch.randint(0, 6, shape, generator=gen, device=device).float()
 
 
-Generator = Callable[..., torch.Tensor]
-KINDS: dict[str, Generator] = {
-    "gaussian": gaussian,
-    "peaked": peaked,
-    "near_ties": near_ties,
-    "zipf": zipf,
-    "ties": ties,
-}
+KINDS = {f.__name__: f for f in (gaussian, peaked, near_ties, zipf, ties)}
 
 
 def file_source(kind: str, files: Sequence[LogitsSource]) -> LogitsSource:
     """The source a `file:NAME` kind names among a scenario's `[inputs.files]`."""
-    for source in files:
-        if source.kind == kind:
-            return source
-    known = ", ".join(s.kind for s in files) or "none"
-    raise KeyError(f"logits kind {kind!r} names no [inputs.files] entry; known: {known}")
+    found = {source.kind: source for source in files}
+    if kind not in found:
+        raise KeyError(
+            f"logits kind {kind!r} names no [inputs.files] entry; known: {', '.join(found) or 'none'}"
+        )
+    return found[kind]
 
 
 def make_logits(
@@ -111,13 +97,10 @@ def make_logits(
     scale: float = DEFAULT_SCALE,
     files: Sequence[LogitsSource] = (),
 ) -> torch.Tensor:
-    """Logits `[batch, vocab]` of one distribution, generated on `device` from `seed`, or read from the
-    file source a `file:NAME` kind names in `files` (rows picked from `seed`, converted to `dtype`;
-    `vocab` must be the file's V; `scale` does not apply).
-
-    With `row_pad > 0` the result is a row-strided view of a `[batch, vocab + row_pad]` buffer whose
-    padding holds the dtype's largest value, so a selector that reads past a row's end gets caught.
-    """
+    """Logits `[batch, vocab]` of one distribution, generated on `device` from `seed`, or the rows of the
+    file source a `file:NAME` kind names in `files` (`vocab` must be its V; `scale` does not apply).
+    `row_pad > 0`: a row-strided view of a wider buffer whose padding holds the dtype's largest value, so a
+    selector that reads past a row's end gets caught."""
     device = torch.device(device)
     if logits_files.is_file_kind(kind):
         source = file_source(kind, files)
@@ -144,6 +127,4 @@ def bytes_needed(batch: int, vocab: int, dtype: torch.dtype, row_pad: int = 0) -
 def host_bytes_needed(kind: str, batch: int, files: Sequence[LogitsSource] = ()) -> int:
     """Host memory making the logits takes beyond the buffer: reading a file source's rows (0 for the
     generated kinds)."""
-    if not logits_files.is_file_kind(kind):
-        return 0
-    return logits_files.host_bytes(file_source(kind, files), batch)
+    return logits_files.host_bytes(file_source(kind, files), batch) if logits_files.is_file_kind(kind) else 0

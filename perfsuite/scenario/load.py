@@ -1,28 +1,8 @@
-"""Scenario files: load and validate a TOML sweep, and expand it into cases.
+"""Scenario files (docs/scenarios.md): load and validate a TOML sweep, and expand it into cases.
 
-A scenario names what to sweep and how to time it:
-
-    name = "quick"
-    [sweep]                      # or several [[sweep]] tables, expanded one after the other
-    variants = ["full_softmax", "identity"]   # also "package.module:function" or an entry-point name
-    paths = ["eager", "graph"]
-    dtypes = ["bfloat16", "float32"]
-    vocab = [32000, 151936]
-    batch = [1, 64]
-    topk = [1, 8]
-    logits = ["gaussian", "peaked", "near_ties"]   # also "file:NAME", a file of [inputs.files]
-    [timing]
-    warmup = 10
-    reps = 100
-    [inputs]
-    seed = 0
-    [inputs.files]               # logits read from files (perfsuite.scenario.logits_files), relative here
-    draft_head = "data/draft_head_logits.pt"   # or { path = "dumps/", tensor = "logits" }
-
-A sweep with `file:` kinds runs at its files' V: leave its `vocab` out (or give only that V), and give
-files of other V and other vocabularies their own [[sweep]].
-
-Every problem is reported as one `ScenarioError` naming the file, the key and what is allowed.
+One `[sweep]` or several `[[sweep]]` tables, each a cross product of case parameters; `[timing]`; `[inputs]`
+and `[inputs.files]` (`file:NAME` logits kinds: a sweep naming them runs at their V); the other case kinds'
+tables ([draft]). Every problem is one `ScenarioError` naming the file, the key and what is allowed.
 """
 
 from __future__ import annotations
@@ -43,6 +23,7 @@ from perfsuite.measure.execution import PATHS
 from perfsuite.scenario import inputs, logits_files, validate
 from perfsuite.scenario.logits_files import LogitsSource
 from perfsuite.scenario.validate import ScenarioError
+from perfsuite.variants import tensor_parallel
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,9 +52,7 @@ class Sweep:
     batch: tuple[int, ...] = (1, 16)
     topk: tuple[int, ...] = (1, 8)
     logits: tuple[str, ...] = ("gaussian", "peaked", "near_ties")
-    tp: tuple[int, ...] = (
-        1,
-    )  # tensor-parallel ranks the vocabulary is split over (perfsuite.cases.tensor_parallel)
+    tp: tuple[int, ...] = (1,)  # tensor-parallel ranks the vocabulary is split over
 
 
 @dataclass(frozen=True)
@@ -94,8 +73,7 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        shape = f"V{self.vocab}/B{self.batch}/k{self.topk}"
-        tp = f"/tp{self.tp}" if self.tp > 1 else ""
+        shape, tp = f"V{self.vocab}/B{self.batch}/k{self.topk}", f"/tp{self.tp}" if self.tp > 1 else ""
         return f"{self.variant}/{self.path}/{self.dtype}/{shape}/{self.logits}{tp}"
 
     @property
@@ -120,16 +98,12 @@ class Scenario:
 
 
 def _all_variant_names() -> list[str]:
-    """Single-device variants, then the tensor-parallel ones (perfsuite.cases.tensor_parallel)."""
-    from perfsuite.variants import tensor_parallel
-
+    """Single-device variants, then the tensor-parallel ones."""
     return variants.names() + tensor_parallel.names()
 
 
 def _load_selector(name: str) -> object | None:
-    """`allgather_<selector>` (perfsuite.cases.tensor_parallel) or an external selector; None: neither."""
-    from perfsuite.variants import tensor_parallel
-
+    """`allgather_<selector>` or an external selector; None: neither."""
     if name.startswith(tensor_parallel.ALLGATHER_PREFIX):
         return tensor_parallel.gathered(name)
     return variants.external.load(name)
@@ -145,28 +119,20 @@ SWEEP_CHECKS = {
     "logits": validate.names(lambda: list(inputs.KINDS), "logits kind"),
     "tp": validate.ints(1),
 }
-
-
-def _int_at_least(minimum: int) -> validate.Check:
-    return validate.scalar(f"an integer >= {minimum}", lambda v: validate.is_int(v) and v >= minimum)
-
-
 TIMING_CHECKS = {
-    "warmup": _int_at_least(0),
-    "reps": _int_at_least(1),
+    "warmup": validate.integer(0),
+    "reps": validate.integer(1),
     "max_seconds": validate.scalar(
         "a number of seconds > 0", lambda v: validate.is_number(v) and v > 0, float
     ),
     "l2": validate.scalar("'cold' or 'hot'", lambda v: v in ("cold", "hot")),
-    "graph_unroll": validate.scalar(
-        "an integer from 1 to 1000", lambda v: validate.is_int(v) and 1 <= v <= 1000
-    ),
-    "threads": _int_at_least(0),
+    "graph_unroll": validate.integer(1, 1000),
+    "threads": validate.integer(0),
 }
 FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
-def _check_files(source: str, key: str, value: Any) -> tuple[logits_files.LogitsSource, ...]:
+def _check_files(source: str, key: str, value: Any) -> tuple[LogitsSource, ...]:
     """`[inputs.files]`: NAME = "path" or { path = "...", tensor = "..." }, a file or folder relative to the
     scenario file, inspected now: one that cannot be used is a one-line error naming it."""
     if not isinstance(value, dict):
@@ -178,8 +144,9 @@ def _check_files(source: str, key: str, value: Any) -> tuple[logits_files.Logits
             raise validate.fail(source, where, "expected a name of letters, digits, '_', '.' and '-'")
         entry = {"path": entry} if isinstance(entry, str) else entry
         if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
-            expected = 'expected "path" or { path = "...", tensor = "..." }'
-            raise validate.fail(source, where, f"{expected}, got {entry!r}")
+            raise validate.fail(
+                source, where, f'expected "path" or {{ path = "...", tensor = "..." }}, got {entry!r}'
+            )
         validate.unknown_keys(source, where, entry, ("path", "tensor"))
         if "path" not in entry:
             raise validate.fail(source, where, "missing path")
@@ -192,8 +159,8 @@ def _check_files(source: str, key: str, value: Any) -> tuple[logits_files.Logits
 
 
 INPUT_CHECKS = {
-    "seed": _int_at_least(0),
-    "row_pad": _int_at_least(0),
+    "seed": validate.integer(0),
+    "row_pad": validate.integer(0),
     "scale": validate.scalar(
         "a finite number > 0", lambda v: validate.is_number(v) and 0 < v < math.inf, float
     ),
@@ -212,47 +179,40 @@ def _table(source: str, name: str, raw: Any, table_checks: dict[str, validate.Ch
     if not isinstance(raw, dict):
         raise validate.fail(source, f"[{name}]", f"expected a table, got {raw!r}")
     validate.unknown_keys(source, f"[{name}]", raw, table_checks)
-    values = {key: table_checks[key](source, f"[{name}].{key}", value) for key, value in raw.items()}
-    return cls(**values)
+    return cls(**{key: table_checks[key](source, f"[{name}].{key}", value) for key, value in raw.items()})
 
 
-def _check_logits(files: tuple[logits_files.LogitsSource, ...]) -> validate.Check:
-    """Generated kinds, and `file:NAME` for each NAME of [inputs.files]."""
-    kinds = [f.kind for f in files]
-    known = validate.names(lambda: [*inputs.KINDS, *kinds], "logits kind")
+def _sweep(source: str, name: str, raw: Any, files: tuple[LogitsSource, ...]) -> Sweep:
+    """One sweep table; its logits kinds may name [inputs.files] entries (`file:NAME`), and then it runs at
+    their V (`vocab` left out, or only that V)."""
+    by_kind = {f.kind: f for f in files}
 
-    def check(source: str, key: str, value: Any) -> tuple[str, ...]:
+    def logits(source: str, key: str, value: Any) -> tuple[str, ...]:
         for item in validate.as_list(value):
-            if isinstance(item, str) and logits_files.is_file_kind(item) and item not in kinds:
+            if isinstance(item, str) and logits_files.is_file_kind(item) and item not in by_kind:
                 names = ", ".join(f.name for f in files) or "none"
                 message = f'{item!r} names no [inputs.files] entry (NAME = "path"); entries: {names}'
                 raise validate.fail(source, key, message)
-        return known(source, key, value)
+        return validate.names(lambda: [*inputs.KINDS, *by_kind], "logits kind")(source, key, value)
 
-    return check
-
-
-def _sweep(source: str, name: str, raw: Any, files: tuple[logits_files.LogitsSource, ...]) -> Sweep:
-    """One sweep table; one with `file:` kinds runs at its files' V (`vocab` left out, or only that V)."""
-    sweep = _table(source, name, raw, {**SWEEP_CHECKS, "logits": _check_logits(files)}, Sweep)
-    used = [inputs.file_source(kind, files) for kind in sweep.logits if logits_files.is_file_kind(kind)]
+    sweep = _table(source, name, raw, {**SWEEP_CHECKS, "logits": logits}, Sweep)
+    used = [by_kind[kind] for kind in sweep.logits if kind in by_kind]
     if not used:
         return sweep
-    vocabs = dict.fromkeys(f.vocab for f in used)
+    vocabs = {f.vocab for f in used}
     described = ", ".join(f"{f.kind} has V {f.vocab}" for f in used)
     if len(vocabs) > 1:
-        message = f"{described}: give files of different V a [[sweep]] each"
-        raise validate.fail(source, f"[{name}].logits", message)
+        raise validate.fail(
+            source, f"[{name}].logits", f"{described}: give files of different V a [[sweep]] each"
+        )
     (vocab,) = vocabs
-    if "vocab" not in raw:
-        return dataclasses.replace(sweep, vocab=(vocab,))
-    if sweep.vocab != (vocab,):
+    if "vocab" in raw and sweep.vocab != (vocab,):
         message = (
             f"{described}: a sweep with file logits runs at the file's V: leave vocab out or give {vocab} "
             "(other vocabularies in a [[sweep]] of their own)"
         )
         raise validate.fail(source, f"[{name}].vocab", message)
-    return sweep
+    return dataclasses.replace(sweep, vocab=(vocab,))
 
 
 def parse(data: dict[str, Any], source: str) -> Scenario:
@@ -268,9 +228,10 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
     others = [table for table in extra_tables() if table in data]
     raw_sweeps = data.get(kinds.SWEEP_TABLE, [] if others else {})
     given = _table(source, "inputs", data.get("inputs", {}), INPUT_CHECKS, Inputs)  # files before sweeps
+    listed = isinstance(raw_sweeps, list)
     sweeps = tuple(
-        _sweep(source, "sweep" if isinstance(raw_sweeps, dict) else f"sweep#{i + 1}", raw, given.files)
-        for i, raw in enumerate(raw_sweeps if isinstance(raw_sweeps, list) else [raw_sweeps])
+        _sweep(source, f"sweep#{i + 1}" if listed else "sweep", raw, given.files)
+        for i, raw in enumerate(raw_sweeps if listed else [raw_sweeps])
     )
     return Scenario(
         name=data.get("name", Path(source).stem),
@@ -280,7 +241,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         sweeps=sweeps,
         timing=_table(source, "timing", data.get("timing", {}), TIMING_CHECKS, Timing),
         inputs=given,
-        extra={key: data[key] for key in extra_tables() if key in data},
+        extra={key: data[key] for key in others},
     )
 
 
@@ -305,41 +266,16 @@ def expand(scenario: Scenario) -> list[Case]:
     """All cases, ordered so that cases sharing one logits tensor (and one k) run back to back.
 
     A single-device variant on the compile path brings the baseline compiled at the same shape when its
-    sweep leaves the baseline out (`with_compiled_baseline`): a compiled variant's speedup is always
-    over a compiled full_softmax, never an eager one."""
+    sweep leaves the baseline out: a compiled variant's speedup is always over a compiled full_softmax,
+    never an eager one (tensor-parallel cases run eagerly only)."""
     cases: dict[str, Case] = {}
-    for sweep in scenario.sweeps:
-        grid = itertools.product(
-            sweep.tp,
-            sweep.dtypes,
-            sweep.vocab,
-            sweep.batch,
-            sweep.logits,
-            sweep.topk,
-            sweep.variants,
-            sweep.paths,
-        )
+    timing, given = scenario.timing, scenario.inputs
+    for s in scenario.sweeps:
+        grid = itertools.product(s.tp, s.dtypes, s.vocab, s.batch, s.logits, s.topk, s.variants, s.paths)
         for tp, dtype, vocab, batch, logits, topk, variant, path in grid:
-            params = {"variant": variant, "path": path, "dtype": dtype, "vocab": vocab, "batch": batch}
-            case = Case(
-                scenario.name,
-                **params,
-                topk=topk,
-                logits=logits,
-                timing=scenario.timing,
-                inputs=scenario.inputs,
-                tp=tp,
-            )
-            for each in with_compiled_baseline(case):
-                cases.setdefault(each.case_id, each)
+            case = Case(scenario.name, variant, path, dtype, vocab, batch, topk, logits, timing, given, tp)
+            if path == "compile" and tp == 1 and not tensor_parallel.is_tp_variant(variant):
+                baseline = dataclasses.replace(case, variant=variants.BASELINE)
+                cases.setdefault(baseline.case_id, baseline)
+            cases.setdefault(case.case_id, case)
     return sorted(cases.values(), key=lambda c: (c.tp, *c.input_key, c.topk))
-
-
-def with_compiled_baseline(case: Case) -> list[Case]:
-    """The case, and before it the baseline on the same path and shape where the case is a single-device
-    variant on the compile path (tensor-parallel cases run eagerly only, perfsuite.cases.tensor_parallel)."""
-    from perfsuite.variants import tensor_parallel
-
-    if case.path != "compile" or case.tp != 1 or tensor_parallel.is_tp_variant(case.variant):
-        return [case]
-    return [dataclasses.replace(case, variant=variants.BASELINE), case]

@@ -1,31 +1,33 @@
 """Logits read from files: one `[rows, V]` floating-point tensor per file, or a folder of such files.
 
 Formats: `.pt` / `.pth` (`torch.load(weights_only=True)`: a tensor, or a dict of tensors), `.npy` (numpy)
-and `.safetensors` (the `safetensors` package). A file holding several tensors needs the name of one
-(`tensor`). A folder's files (those four suffixes, not recursive) are read in file-name order and their
-rows concatenated; they must share one V (their dtypes may differ).
-
-A source is inspected when its scenario loads (`inspect`: shapes, dtypes and a digest of the bytes; every
-problem is one `LogitsFileError` naming the file) and read when a case needs its logits (`read_rows`):
-a case of batch B takes B rows in an order drawn from the scenario's seed, distinct rows while B <= rows,
-every row repeated (tiled, each at most once more than any other) beyond that. `.pt` and `.npy` files
-are memory-mapped, so only the rows a case takes are read.
+and `.safetensors` (the `safetensors` package); a file holding several tensors needs the name of one
+(`tensor`). A folder's files (those suffixes, not recursive) are read in file-name order and their rows
+concatenated; they share one V (their dtypes may differ). A source is inspected when its scenario loads
+(`inspect`: shapes, dtypes and a digest of the bytes; every problem one `LogitsFileError` naming the file)
+and read when a case needs its logits (`read_rows`, the rows `row_order` draws). `.pt` and `.npy` files are
+memory-mapped, so only the rows a case takes are read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from perfsuite.core.console import first_line
+from perfsuite.core.dtypes import dtype_name
 
 SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
+SUFFIX_LIST = ".pt, .pth, .npy or .safetensors"
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+SAFETENSORS_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
 KIND_PREFIX = "file:"
 """A sweep's `logits` names a file source as `file:NAME` (NAME: its key in `[inputs.files]`)."""
 
@@ -70,38 +72,44 @@ def is_file_kind(kind: str) -> bool:
     return kind.startswith(KIND_PREFIX)
 
 
-def files_in(path: Path) -> list[Path]:
-    """The logits files of a folder, in name order."""
-    return sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
-
-
 def inspect(name: str, path: str | Path, tensor: str = "") -> LogitsSource:
     """Check a file or folder of logits and describe it, reading headers (and hashing the bytes)."""
     path = Path(path)
     if path.is_dir():
-        files = files_in(path)
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
         if not files:
-            raise LogitsFileError(f"{path}: a folder without {_suffix_list()} files")
+            raise LogitsFileError(f"{path}: a folder without {SUFFIX_LIST} files")
     elif path.exists():
         files = [path]
     else:
         raise LogitsFileError(f"{path}: no such file or folder")
-    parts, vocab, nbytes = [], None, 0
+    parts, vocab = [], 0
     for file in files:
-        rows, width, dtype, whole = _header(file, tensor)
-        if vocab is not None and width != vocab:
+        shape, dtype, whole, _ = _open(file, tensor)
+        if len(shape) != 2:
+            raise LogitsFileError(
+                f"{file}: a {len(shape)}-D tensor of shape {list(shape)}; expected [rows, V]"
+            )
+        if dtype not in FLOAT_DTYPES:
+            raise LogitsFileError(
+                f"{file}: dtype {dtype}; expected floating-point logits ({', '.join(FLOAT_DTYPES)})"
+            )
+        if 0 in shape:
+            raise LogitsFileError(f"{file}: an empty tensor of shape {list(shape)}; expected rows and V >= 1")
+        rows, width = shape
+        if parts and width != vocab:
             raise LogitsFileError(
                 f"{file}: V {width}, but {files[0].name} has V {vocab}: the files of a folder share one V"
             )
         vocab = width
         parts.append(FilePart(str(file), rows, dtype, whole))
-        nbytes += rows * width * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    assert vocab is not None
+    nbytes = sum(part.rows * vocab * _itemsize(part.dtype) for part in parts)
     return LogitsSource(name, str(path), tensor, vocab, tuple(parts), nbytes, _digest(files))
 
 
 def row_order(rows: int, batch: int, seed: int) -> torch.Tensor:
-    """Which rows a batch takes: a permutation of the rows drawn from `seed`, repeated to `batch`."""
+    """Which rows a batch takes: a permutation of the rows drawn from `seed`, repeated to `batch` (distinct
+    rows while batch <= rows, every row tiled evenly beyond that)."""
     order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
     return order.repeat(max(1, math.ceil(batch / rows)))[:batch]
 
@@ -114,8 +122,11 @@ def read_rows(source: LogitsSource, batch: int, seed: int, dtype: torch.dtype) -
     for part in source.parts:
         mine = ((order >= start) & (order < start + part.rows)).nonzero().flatten()
         if len(mine):
-            rows = _read_part_rows(part, source, order[mine] - start)
-            out[mine] = rows.to(dtype)
+            file = Path(part.path)
+            shape, _, _, take = _open(file, source.tensor)
+            if shape != (part.rows, source.vocab):
+                raise LogitsFileError(f"{file}: changed since the scenario was loaded (now {list(shape)})")
+            out[mine] = take(order[mine] - start).to(dtype)
         start += part.rows
     return out
 
@@ -131,149 +142,88 @@ def host_bytes(source: LogitsSource, batch: int) -> int:
 # ---------------------------------------------------------------- formats
 
 
-def _suffix_list() -> str:
-    return ", ".join(SUFFIXES[:-1]) + f" or {SUFFIXES[-1]}"
-
-
 def _itemsize(dtype: str) -> int:
-    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return getattr(torch, dtype).itemsize
 
 
-def _said(exc: BaseException) -> str:
-    """What a file reader said, for a one-line message."""
-    return first_line(exc, 200, typed=False)
+@contextlib.contextmanager
+def _reading(file: Path, unreadable: str) -> Iterator[None]:
+    """A reader's error as one line naming the file: "cannot read" for an OSError, else `unreadable`."""
+    try:
+        yield
+    except OSError as exc:
+        said = exc.strerror or first_line(exc, 200, typed=False)
+        raise LogitsFileError(f"{file}: cannot read ({said})") from None
+    except Exception as exc:  # pickle, zip and the readers' own errors: not a file they read safely
+        raise LogitsFileError(f"{file}: {unreadable} ({first_line(exc, 200, typed=False)})") from None
 
 
-def _header(file: Path, tensor: str) -> tuple[int, int, str, bool]:
-    """(rows, V, torch dtype name, read whole) of one file, after checking what it holds."""
+Rows = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _open(file: Path, tensor: str) -> tuple[tuple[int, ...], str, bool, Rows]:
+    """The tensor of one file: its shape, torch dtype name, whether it is read whole, and its rows by index
+    (in the file's dtype)."""
     suffix = file.suffix.lower()
     if suffix in (".pt", ".pth"):
-        value, whole = _load_pt(file, tensor)
-        shape, dtype = tuple(value.shape), str(value.dtype).removeprefix("torch.")
-    elif suffix == ".npy":
-        array = _load_npy(file)
-        shape, dtype, whole = tuple(array.shape), array.dtype.name, False
-    elif suffix == ".safetensors":
-        shape, dtype = _safetensors_header(file, tensor)
-        whole = False
-    else:
-        raise LogitsFileError(f"{file}: unsupported file type {file.suffix!r}; expected {_suffix_list()}")
-    if len(shape) != 2:
-        raise LogitsFileError(f"{file}: a {len(shape)}-D tensor of shape {list(shape)}; expected [rows, V]")
-    if dtype not in FLOAT_DTYPES:
-        raise LogitsFileError(
-            f"{file}: dtype {dtype}; expected floating-point logits ({', '.join(FLOAT_DTYPES)})"
-        )
-    if shape[0] == 0 or shape[1] == 0:
-        raise LogitsFileError(f"{file}: an empty tensor of shape {list(shape)}; expected rows and V >= 1")
-    return shape[0], shape[1], dtype, whole
-
-
-def _pick(file: Path, named: dict[str, object], tensor: str) -> object:
-    """The tensor called `tensor`, or the only one when no name is given."""
-    if tensor:
-        if tensor not in named:
-            raise LogitsFileError(f"{file}: no tensor {tensor!r}; it holds: {', '.join(map(str, named))}")
-        return named[tensor]
-    if len(named) != 1:
-        names = ", ".join(map(str, named)) or "none"
-        raise LogitsFileError(
-            f"{file}: holds {len(named)} tensors ({names}); name one: {{ path = ..., tensor = NAME }}"
-        )
-    return next(iter(named.values()))
-
-
-def _load_pt(file: Path, tensor: str) -> tuple[torch.Tensor, bool]:
-    """The file's tensor (memory-mapped where the file is a zip container) and whether it was read whole."""
-    mapped = zipfile.is_zipfile(file)
-    try:
-        value = torch.load(file, map_location="cpu", weights_only=True, mmap=mapped)
-    except OSError as exc:
-        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _said(exc)})") from None
-    except Exception as exc:  # pickle, zip and torch's own errors: not a file torch reads safely
-        raise LogitsFileError(
-            f"{file}: not a tensor file torch.load reads with weights_only=True ({_said(exc)})"
-        ) from None
-    if isinstance(value, dict):
-        value = _pick(file, value, tensor)
-    elif tensor:
-        raise LogitsFileError(f"{file}: holds one tensor, not a dict: leave out tensor = {tensor!r}")
-    if not isinstance(value, torch.Tensor):
-        raise LogitsFileError(f"{file}: holds a {type(value).__name__}, expected a tensor")
-    return value, not mapped
-
-
-def _load_npy(file: Path):
-    import numpy as np
-
-    try:
-        return np.load(file, mmap_mode="r", allow_pickle=False)
-    except OSError as exc:
-        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _said(exc)})") from None
-    except Exception as exc:
-        raise LogitsFileError(f"{file}: not a .npy file numpy reads ({_said(exc)})") from None
-
-
-SAFETENSORS_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
-
-
-def _safe_open(file: Path):
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        raise LogitsFileError(f"{file}: install safetensors to read .safetensors files") from None
-    try:
-        return safe_open(str(file), framework="pt", device="cpu")
-    except OSError as exc:
-        raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _said(exc)})") from None
-    except Exception as exc:
-        raise LogitsFileError(f"{file}: not a .safetensors file ({_said(exc)})") from None
-
-
-def _safetensors_header(file: Path, tensor: str) -> tuple[tuple[int, ...], str]:
-    with _safe_open(file) as handle:
-        name = _pick(file, {key: key for key in handle.keys()}, tensor)  # noqa: SIM118 (not a dict)
-        part = handle.get_slice(name)
-        dtype = part.get_dtype()
-        return tuple(part.get_shape()), SAFETENSORS_DTYPES.get(dtype, dtype.lower())
-
-
-def _read_part_rows(part: FilePart, source: LogitsSource, rows: torch.Tensor) -> torch.Tensor:
-    """Rows of one file, in the file's dtype (refused if the file changed shape since it was inspected)."""
-    file = Path(part.path)
-    suffix = file.suffix.lower()
-    if suffix in (".pt", ".pth"):
-        data, _ = _load_pt(file, source.tensor)
-        _check_unchanged(file, (part.rows, source.vocab), tuple(data.shape))
-        return data[rows]
+        mapped = zipfile.is_zipfile(file)
+        with _reading(file, "not a tensor file torch.load reads with weights_only=True"):
+            value = torch.load(file, map_location="cpu", weights_only=True, mmap=mapped)
+        if isinstance(value, dict):
+            value = value[_pick(file, list(value), tensor)]
+        elif tensor:
+            raise LogitsFileError(f"{file}: holds one tensor, not a dict: leave out tensor = {tensor!r}")
+        if not isinstance(value, torch.Tensor):
+            raise LogitsFileError(f"{file}: holds a {type(value).__name__}, expected a tensor")
+        return tuple(value.shape), dtype_name(value.dtype), not mapped, value.__getitem__
     if suffix == ".npy":
         import numpy as np
 
-        array = _load_npy(file)
-        _check_unchanged(file, (part.rows, source.vocab), array.shape)
-        picked = np.ascontiguousarray(array[rows.numpy()], dtype=array.dtype.newbyteorder("="))
-        return torch.from_numpy(picked)
-    with _safe_open(file) as handle:
-        name = _pick(file, {key: key for key in handle.keys()}, source.tensor)  # noqa: SIM118
-        data = handle.get_slice(name)
-        _check_unchanged(file, (part.rows, source.vocab), tuple(data.get_shape()))
-        unique, where = torch.unique(rows, return_inverse=True)
-        return torch.cat([data[int(i) : int(i) + 1] for i in unique])[where]
+        with _reading(file, "not a .npy file numpy reads"):
+            array = np.load(file, mmap_mode="r", allow_pickle=False)
+
+        def npy_rows(index: torch.Tensor) -> torch.Tensor:
+            native = array.dtype.newbyteorder("=")
+            return torch.from_numpy(np.ascontiguousarray(array[index.numpy()], dtype=native))
+
+        return tuple(array.shape), array.dtype.name, False, npy_rows
+    if suffix == ".safetensors":
+        try:
+            from safetensors import safe_open
+        except ImportError:
+            raise LogitsFileError(f"{file}: install safetensors to read .safetensors files") from None
+        with _reading(file, "not a .safetensors file"):
+            handle = safe_open(str(file), framework="pt", device="cpu")
+        data = handle.get_slice(_pick(file, list(handle.keys()), tensor))
+
+        def safetensors_rows(index: torch.Tensor) -> torch.Tensor:
+            unique, where = torch.unique(index, return_inverse=True)
+            return torch.cat([data[int(i) : int(i) + 1] for i in unique])[where]
+
+        dtype = data.get_dtype()
+        return tuple(data.get_shape()), SAFETENSORS_DTYPES.get(dtype, dtype.lower()), False, safetensors_rows
+    raise LogitsFileError(f"{file}: unsupported file type {file.suffix!r}; expected {SUFFIX_LIST}")
 
 
-def _check_unchanged(file: Path, inspected: tuple[int, int], shape: tuple[int, ...]) -> None:
-    if tuple(shape) != inspected:
-        raise LogitsFileError(f"{file}: changed since the scenario was loaded (now {list(shape)})")
+def _pick(file: Path, names: list, tensor: str) -> object:
+    """The name of the tensor to read: `tensor`, or the only one's when no name is given."""
+    if tensor:
+        if tensor not in names:
+            raise LogitsFileError(f"{file}: no tensor {tensor!r}; it holds: {', '.join(map(str, names))}")
+        return tensor
+    if len(names) != 1:
+        listed = ", ".join(map(str, names)) or "none"
+        raise LogitsFileError(
+            f"{file}: holds {len(names)} tensors ({listed}); name one: {{ path = ..., tensor = NAME }}"
+        )
+    return names[0]
 
 
 def _digest(files: list[Path]) -> str:
     digest = hashlib.sha256()
     for file in files:
         digest.update(file.name.encode() + b"\0")
-        try:
-            with open(file, "rb") as handle:
-                while chunk := handle.read(1 << 22):
-                    digest.update(chunk)
-        except OSError as exc:
-            raise LogitsFileError(f"{file}: cannot read ({exc.strerror or _said(exc)})") from None
+        with _reading(file, "cannot read"), open(file, "rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
     return digest.hexdigest()[:16]

@@ -1,14 +1,13 @@
-"""Validation of scenario tables: each check turns one TOML value into a typed value or one clear error.
-
-A check is `check(source, key, value) -> value`; every problem is a `ScenarioError` whose message names
-the file, the key and what is allowed, meant to be printed as is.
-"""
+"""Validation of scenario tables: a check `check(source, key, value) -> value` turns one TOML value into a
+typed value, or raises one `ScenarioError` whose message names the file, the key and what is allowed."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from perfsuite import variants
 
 Check = Callable[[str, str, Any], Any]
 
@@ -43,9 +42,8 @@ def unknown_keys(source: str, where: str, given: dict[str, Any], allowed: Iterab
     allowed = list(allowed)
     for key in given:
         if key not in allowed:
-            name = f"{where}.{key}" if where else key
             message = f"unknown key{_hint(key, allowed)}; allowed: {', '.join(sorted(allowed))}"
-            raise fail(source, name, message)
+            raise fail(source, f"{where}.{key}" if where else key, message)
 
 
 def ints(minimum: int, maximum: int | None = None, auto: bool = False) -> Check:
@@ -96,27 +94,29 @@ def scalar(rule: str, ok: Callable[[Any], bool], convert: Callable[[Any], Any] |
     return check
 
 
-def selectors(known: Callable[[], list[str]], load: Callable[[str], object] | None = None) -> Check:
-    """Variant names: the `known` ones, plus those `load` makes (default: external selectors,
-    `package.module:function` or an installed `perfsuite.selectors` entry point; None for a name it does
-    not know), loaded now, so that one that cannot load is a one-line `ScenarioError` naming the file, the
-    key and the selector, never a traceback mid-run."""
+def integer(minimum: int, maximum: int | None = None) -> Check:
+    """One integer from `minimum` (to `maximum`)."""
+    rule = f"an integer from {minimum} to {maximum}" if maximum else f"an integer >= {minimum}"
+    return scalar(rule, lambda v: is_int(v) and v >= minimum and (maximum is None or v <= maximum))
+
+
+def selectors(
+    known: Callable[[], list[str]], load: Callable[[str], object] = variants.external.load
+) -> Check:
+    """Variant names: the `known` ones, plus those `load` makes (default: external selectors; None for a
+    name it does not know), loaded now, so that one that cannot load is a one-line `ScenarioError` naming
+    the file, the key and the selector, never a traceback mid-run."""
 
     def check(source: str, key: str, value: Any) -> tuple[str, ...]:
-        from perfsuite import variants
-
-        loader = load or variants.external.load
         built_in = known()
         external: list[str] = []
         for item in as_list(value):
-            if not isinstance(item, str) or item in built_in:
-                continue
-            try:
-                loaded = loader(item)
-            except variants.ExternalSelectorError as exc:
-                raise fail(source, key, str(exc)) from None
-            if loaded is not None:
-                external.append(item)
+            if isinstance(item, str) and item not in built_in:
+                try:
+                    if load(item) is not None:
+                        external.append(item)
+                except variants.ExternalSelectorError as exc:
+                    raise fail(source, key, str(exc)) from None
         return names(lambda: built_in + external, "variant")(source, key, value)
 
     return check

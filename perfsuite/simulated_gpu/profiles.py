@@ -23,7 +23,6 @@ class Profile:
     warp_size: int
     l2_bytes: int
     total_memory: int
-    clock_hz: float  # boost clock: cycles of torch.cuda._sleep per second
     gcn_arch: str = ""  # ROCm's gcnArchName
 
     @property
@@ -33,17 +32,10 @@ class Profile:
     def properties(self) -> SimpleNamespace:
         """A stand-in for `torch.cuda.get_device_properties(i)` (the fields perfsuite and Triton read)."""
         props = SimpleNamespace(
-            name=self.name,
-            major=self.major,
-            minor=self.minor,
-            total_memory=self.total_memory,
-            multi_processor_count=self.sms,
-            L2_cache_size=self.l2_bytes,
-            warp_size=self.warp_size,
-            is_integrated=False,
-            is_multi_gpu_board=False,
-            uuid="00000000-0000-0000-0000-000000000000",
-        )
+            name=self.name, major=self.major, minor=self.minor, total_memory=self.total_memory,
+            multi_processor_count=self.sms, L2_cache_size=self.l2_bytes, warp_size=self.warp_size,
+            is_integrated=False, is_multi_gpu_board=False, uuid="00000000-0000-0000-0000-000000000000",
+        )  # fmt: skip
         if self.backend == "rocm":
             props.gcnArchName = self.gcn_arch
         return props
@@ -53,23 +45,11 @@ PROFILES: dict[str, Profile] = {
     p.key: p
     for p in (
         # l2_bytes: the 60 MiB torch reports on the project's H200 (KINDS.md), not the datasheet's 50 MB
-        Profile("h200", "NVIDIA H200", "cuda", "13.0", 9, 0, 132, 32, 60 << 20, 150_110_945_280, 1.98e9),
-        Profile(
-            "mi300x",
-            "AMD Instinct MI300X",
-            "rocm",
-            "6.4.43482",
-            9,
-            4,
-            304,
-            64,
-            4 << 20,
-            205_822_885_888,
-            2.1e9,
-            gcn_arch="gfx942:sramecc+:xnack-",
-        ),
+        Profile("h200", "NVIDIA H200", "cuda", "13.0", 9, 0, 132, 32, 60 << 20, 150_110_945_280),
+        Profile("mi300x", "AMD Instinct MI300X", "rocm", "6.4.43482", 9, 4, 304, 64, 4 << 20, 205_822_885_888,
+                "gfx942:sramecc+:xnack-"),
     )
-}
+}  # fmt: skip
 
 
 def profile(key: str) -> Profile:

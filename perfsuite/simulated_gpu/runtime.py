@@ -1,13 +1,9 @@
-"""The simulated device's runtime: its state, timing events on a host clock, streams, synchronisation,
-memory statistics and NVTX ranges, as stand-ins for the `torch.cuda` functions of the same names.
+"""The simulated device's runtime: its state, timing events on a host clock, streams, synchronisation, memory
+statistics and NVTX ranges, stand-ins for the `torch.cuda` functions of the same names.
 
-Work runs on the CPU, synchronously, so an event records the host clock when it is recorded and
-`elapsed_time` is host time. What real capture forbids (a host synchronisation while a graph is being
-captured) raises `CaptureViolation` here, as CUDA raises its "operation not permitted when stream is
-capturing" error there; the capture is then invalidated, and ending it raises `CaptureInvalidated`, as
-`cudaStreamEndCapture` does. Streams are objects with a current one, set and restored as
-`torch.cuda.stream` and `torch.cuda.set_stream` do (a failed `torch.cuda.graph` leaves its side stream on).
-"""
+Work runs on the CPU, synchronously: an event records the host clock, `elapsed_time` is host time. A host
+synchronisation during a capture raises `CaptureViolation` and invalidates the capture, so ending it raises
+`CaptureInvalidated`, as CUDA does."""
 
 from __future__ import annotations
 
@@ -22,27 +18,14 @@ import torch
 from perfsuite.core import machine
 from perfsuite.simulated_gpu.profiles import Profile
 
-LOG_LENGTH = 4096
-
 
 class CaptureViolation(RuntimeError):
     """What CUDA refuses while a stream is being captured (a host sync, a pageable host-to-device copy)."""
 
-    def __init__(self, what: str):
-        super().__init__(
-            f"CUDA error: operation not permitted when stream is capturing ({what}; simulated GPU)"
-        )
-
 
 class CaptureInvalidated(RuntimeError):
-    """What `cudaStreamEndCapture` raises after an error invalidated the capture (its cause is the
-    exception's `__context__` when raised while that error propagates)."""
-
-    def __init__(self, first: str):
-        super().__init__(
-            "CUDA error: operation failed due to a previous error during capture "
-            f"(simulated GPU; the first: {first})"
-        )
+    """What `cudaStreamEndCapture` raises after an error invalidated the capture (that error is the
+    exception's `__context__` when raised while it propagates)."""
 
 
 @dataclass
@@ -50,12 +33,14 @@ class State:
     """Everything the simulated device knows while it is installed."""
 
     profile: Profile
+    patched: list[tuple[object, str, object]] = field(default_factory=list)  # (owner, name, original)
+    modes: list = field(default_factory=list)  # the torch modes entered on install
     allocated: int = 0
     peak: int = 0
     live: dict[int, int] = field(default_factory=dict)  # storage data_ptr -> bytes
     capture: object | None = None  # the graphs.Recorder of the capture in progress
     suspended: int = 0  # > 0 inside a Triton launch: its host copies are the kernel, not the caller's
-    log: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))  # (kind, detail) in queue order
+    log: deque = field(default_factory=lambda: deque(maxlen=4096))  # (kind, detail) in queue order
     ranges: list[str] = field(default_factory=list)  # the open NVTX ranges
     kernels: int = 0  # device kernels run: aten ops that compute (not views) and Triton launches
     launches: int = 0  # host launch calls: one per eager kernel, one per graph replay
@@ -83,7 +68,9 @@ def check_not_capturing(what: str) -> None:
     invalidates (ending it raises `CaptureInvalidated`, even when the caller swallowed this error)."""
     if STATE is not None and STATE.capturing:
         STATE.invalidated = STATE.invalidated or what
-        raise CaptureViolation(what)
+        raise CaptureViolation(
+            f"CUDA error: operation not permitted when stream is capturing ({what}; simulated GPU)"
+        )
 
 
 @contextlib.contextmanager
@@ -98,17 +85,14 @@ def suspended() -> Iterator[None]:
 
 
 def kernel_ran(replayed: bool = False) -> None:
-    """Count one kernel, and the stream it runs on (the current one); an eager one is also a launch call
-    (a replayed one was launched by its graph)."""
+    """Count one kernel on the current stream; an eager one is also a launch call (a replayed one was
+    launched by its graph). A kernel's own host work and a capture's work (the replays run it) do not."""
     st = STATE
-    if st is None or st.suspended or (st.capture is not None):
-        return  # a kernel's own host work, or a capture (recorded, run by the replays)
+    if st is None or st.suspended or st.capture is not None:
+        return
     st.kernels += 1
     st.launches += 0 if replayed else 1
     st.by_stream[st.stream] = st.by_stream.get(st.stream, 0) + 1
-
-
-# ------------------------------------------------------------------------------------------ memory
 
 
 def allocate(ptr: int, nbytes: int) -> bool:
@@ -124,43 +108,31 @@ def allocate(ptr: int, nbytes: int) -> bool:
 
 
 def release(ptr: int) -> None:
-    st = STATE
-    if st is not None and ptr in st.live:
-        st.allocated -= st.live.pop(ptr)
-
-
-def memory_allocated(device: object = None) -> int:
-    return state().allocated
-
-
-def max_memory_allocated(device: object = None) -> int:
-    return state().peak
+    if STATE is not None and ptr in STATE.live:
+        STATE.allocated -= STATE.live.pop(ptr)
 
 
 def reset_peak_memory_stats(device: object = None) -> None:
-    st = state()
-    st.peak = st.allocated
-
-
-def memory_reserved(device: object = None) -> int:
-    return state().allocated
+    state().peak = state().allocated
 
 
 def mem_get_info(device: object = None) -> tuple[int, int]:
     """(free, total): the GPU's total, free capped by what the host can hold (the tensors live there)."""
-    st = state()
-    total = st.profile.total_memory
-    return min(total - st.allocated, machine.host_available_bytes()), total
+    total = state().profile.total_memory
+    return min(total - state().allocated, machine.host_available_bytes()), total
 
 
-def empty_cache() -> None:
-    """Nothing is cached: storages are freed when their last tensor goes."""
+class _Synchronous:
+    """Work is synchronous: what was queued is done, and waiting for it is a host synchronisation."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        check_not_capturing(f"{type(self).__name__}.synchronize")
 
 
-# ------------------------------------------------------------------------------------------ timing
-
-
-class Event:
+class Event(_Synchronous):
     """`torch.cuda.Event` on the host clock (work is synchronous, so recording time is completion time)."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
@@ -180,14 +152,7 @@ class Event:
             raise RuntimeError("Both events must be recorded before calculating elapsed time")
         return (end.seconds - self.seconds) * 1e3
 
-    def synchronize(self) -> None:
-        check_not_capturing("Event.synchronize")
-
-    def query(self) -> bool:
-        return True
-
-    def wait(self, stream: object = None) -> None:
-        pass
+    def wait(self, stream: object = None) -> None: ...
 
 
 def _sleep(cycles: int) -> None:
@@ -200,47 +165,30 @@ def synchronize(device: object = None) -> None:
     state().log.append(("synchronize", None))
 
 
-class Stream:
-    """`torch.cuda.Stream`: one queue in the simulation (work is synchronous), kept for its API and for
-    the record of which stream each kernel ran on (`State.by_stream`)."""
+class Stream(_Synchronous):
+    """`torch.cuda.Stream`: one queue in the simulation (work is synchronous), kept for its API and for the
+    record of which stream each kernel ran on (`State.by_stream`)."""
 
     def __init__(self, device: object = None, priority: int = 0, **kwargs: object):
-        self.device = torch.device("cuda", 0)
-        self.priority = priority
+        self.device, self.priority = torch.device("cuda", 0), priority
 
-    def wait_stream(self, stream: Stream) -> None:
-        pass
-
-    def wait_event(self, event: Event) -> None:
-        pass
+    def wait_stream(self, stream: Stream) -> None: ...
+    def wait_event(self, event: Event) -> None: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def __enter__(self) -> Stream:
+        return self
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
         event.record(self)
         return event
 
-    def synchronize(self) -> None:
-        check_not_capturing("Stream.synchronize")
-
-    def query(self) -> bool:
-        return True
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
 
 DEFAULT_STREAM = Stream()
 
 
 def current_stream(device: object = None) -> Stream:
-    return state().stream if STATE is not None else DEFAULT_STREAM
-
-
-def default_stream(device: object = None) -> Stream:
-    return DEFAULT_STREAM
+    return STATE.stream if STATE is not None else DEFAULT_STREAM
 
 
 def set_stream(s: Stream | None) -> None:
@@ -249,36 +197,16 @@ def set_stream(s: Stream | None) -> None:
         state().stream = s
 
 
-class stream:
+@contextlib.contextmanager
+def stream(s: Stream | None) -> Iterator[None]:
     """`torch.cuda.stream(s)`: `s` is the current stream inside the block; leaving it restores the one
-    before (as `torch.cuda.StreamContext`: a context that is never left leaves `s` on)."""
-
-    def __init__(self, s: Stream | None):
-        self.s = s
-        self.before: Stream | None = None
-
-    def __enter__(self) -> None:
-        self.before = current_stream()
-        set_stream(self.s)
-
-    def __exit__(self, *exc: object) -> None:
-        set_stream(self.before)
-
-
-class device:
-    """`torch.cuda.device(i)`: one device, nothing to switch."""
-
-    def __init__(self, index: object = None):
-        self.index = index
-
-    def __enter__(self) -> device:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-# ------------------------------------------------------------------------------------------ NVTX
+    before, and a block left by an error restores it too (`torch.cuda.graph` restores it by hand)."""
+    before = current_stream()
+    set_stream(s)
+    try:
+        yield
+    finally:
+        set_stream(before)
 
 
 def range_push(name: str) -> int:
@@ -293,10 +221,6 @@ def range_pop() -> int:
     if st.ranges:
         st.log.append(("range_pop", st.ranges.pop()))
     return len(st.ranges)
-
-
-def mark(name: str) -> None:
-    state().log.append(("mark", name))
 
 
 @contextlib.contextmanager

@@ -1,14 +1,9 @@
 """`perfsuite tune`: time every candidate launch plan of the Triton kernels on this GPU, per shape of a
-scenario, and keep the fastest exact one per shape as a tuned-plan table (`perfsuite.kernels.plan_table`).
+scenario, and keep the fastest exact one per shape as a tuned-plan table (`kernels.plan_table`).
 
-Candidates: the heuristic plan; the fused kernel with 4, 8 or 16 warps and 16, 32 or 64 bytes per thread
-per tile, each with and without prefetching the next tile; and, for rows long enough to split, the split
-kernel with (4 warps, 16 or 32 bytes per thread) or (8 warps, 16 bytes) at 0.5, 1, 2 or 4 waves of
-programs per SM (and at one wave without prefetch). Each candidate is timed with the
-suite's samplers on the scenario's path (graph replay or device events) and `[timing]`, after its outputs
-passed the exact parity check against the float64 reference (a candidate that fails is recorded, never
-chosen). The argmax kernels (`triton_argmax`'s cases, k = 1) are tuned apart, on the same candidates with
-`selection = "argmax"`, their indices checked against the reference (`topk_p` is the constant 1.0).
+Each candidate is timed with the suite's samplers on the scenario's path and `[timing]` once its outputs
+passed the exact parity check (one that fails is recorded, never chosen). `triton_argmax`'s cases tune
+the argmax kernels apart, on the same candidates, judged on their indices (docs/triton.md).
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ from perfsuite.cases.kernel.kernel_runner import KernelRunner
 from perfsuite.core.dtypes import dtype_of
 from perfsuite.correctness import parity
 from perfsuite.kernels import plan as plans
+from perfsuite.kernels import plan_table
 from perfsuite.kernels.plan_table import Tunables, TunedShape, TunedTable
 from perfsuite.measure import execution, timing
 from perfsuite.measure.device import DeviceInfo
@@ -42,33 +38,52 @@ MIN_GAIN = 0.03
 """A candidate replaces the heuristic plan only when its median is this much lower and its p80 is below the
 heuristic's p20 (outside both runs' noise): the fastest of ~30 noisy medians is otherwise a coin toss."""
 
+PlanFor = Callable[[int, int, int, torch.dtype, plans.Hardware], plans.Plan]
+
+
+def variant_plan(name: str) -> PlanFor | None:
+    """A built-in Triton variant's `plan_for` (the plan its `select` launches); None for other variants."""
+    if name not in variants.names():
+        return None
+    return getattr(inspect.getmodule(variants.get(name).select), "plan_for", None)
+
+
+def selection_of(variant: str) -> plans.Selection:
+    """What the variant's kernels select: "argmax" for an argmax Triton variant, else "topk"."""
+    plan_for = variant_plan(variant)
+    return "topk" if plan_for is None else plan_for(1, 1, 1, torch.float32, plans.Hardware()).selection
+
+
+def shapes_of(cases: Iterable[Case]) -> list[Case]:
+    """One case per (dtype, batch, vocab, k, path, selection), whatever else its variant: the shapes to
+    tune (an argmax variant's case tunes the argmax kernels, every other the exact top-k)."""
+    distinct: dict[tuple, Case] = {}
+    for case in cases:
+        key = (case.dtype, case.batch, case.vocab, case.topk, case.path, selection_of(case.variant))
+        distinct.setdefault(key, case)
+    return list(distinct.values())
+
 
 def candidates(
-    batch: int,
-    vocab: int,
-    k: int,
-    hw: plans.Hardware,
-    element_size: int,
-    selection: plans.Selection = "topk",
+    batch: int, vocab: int, k: int, hw: plans.Hardware, element_size: int, selection: plans.Selection = "topk"
 ) -> list[Tunables]:
-    """The heuristic plan first, then every candidate that launches differently for this shape (of the
-    exact top-k kernels, or of the argmax ones)."""
-    from perfsuite.kernels.topk_softmax import RowLayout, plan_launches
+    """The heuristic plan first, then every candidate that launches differently for this shape: fused with
+    FUSED_WARPS x FUSED_BYTES_PER_THREAD, with and without prefetch; for rows long enough to split, split
+    with SPLIT_PROGRAMS at SPLIT_WAVES (and one wave without prefetch)."""
+    from perfsuite.kernels.topk_softmax import plan_launches
 
-    heuristic = Tunables.of(plans.choose(batch, vocab, k, hw, element_size, selection))
-    found = [heuristic]
-    picks = {"selection": selection}
+    found = [Tunables.of(plans.choose(batch, vocab, k, hw, element_size, selection))]
     for prefetch in (True, False):
         for warps in FUSED_WARPS:
             for per_thread in FUSED_BYTES_PER_THREAD:
                 block = per_thread // element_size * hw.warp_size * warps
-                found.append(Tunables("fused", block, warps, prefetch=prefetch, **picks))
+                found.append(Tunables("fused", block, warps, prefetch=prefetch, selection=selection))
     if vocab >= 2 * plans.SPLIT_MIN_CHUNK:
         for warps, per_thread in SPLIT_PROGRAMS:
             block = per_thread // element_size * hw.warp_size * warps
-            found += [Tunables("split", block, warps, waves, **picks) for waves in SPLIT_WAVES]
-            found.append(Tunables("split", block, warps, 1.0, prefetch=False, **picks))
-    layout = RowLayout.contiguous(vocab, element_size)
+            found += [Tunables("split", block, warps, waves, selection=selection) for waves in SPLIT_WAVES]
+            found.append(Tunables("split", block, warps, 1.0, prefetch=False, selection=selection))
+    layout = plans.RowLayout.contiguous(vocab, element_size)
     distinct: dict[tuple, Tunables] = {}  # by what is launched (tiles shrink to short rows)
     for tunables in found:
         plan = tunables.plan_for(batch, vocab, k, hw, element_size)
@@ -105,9 +120,8 @@ def time_candidate(case: Case, tunables: Tunables, inputs: KernelRunner, hw: pla
         prepared = execution.prepare(
             case.path, lambda x, k: topk_softmax.run_plan(x, k, plan), logits, case.topk
         )
-        ref, _ = inputs.truth(case)
         argmax = plan.selection == "argmax"  # judged on its indices: topk_p is the constant 1.0
-        check = parity.check("inexact" if argmax else "exact", *prepared.run(), ref)
+        check = parity.check("inexact" if argmax else "exact", *prepared.run(), inputs.truth(case)[0])
         if check.verdict != "pass" and not (argmax and check.verdict == "inexact"):
             return replace(timed, verdict=check.verdict, reason=check.problem)
         samples = timing.measure(timing.sampler_for(prepared, inputs.info, case.timing), case.timing)
@@ -133,29 +147,6 @@ def best_of(timed: list[TimedPlan]) -> TimedPlan | None:
     return best if clear else heuristic
 
 
-def variant_selection(name: str) -> plans.Selection:
-    """What the built-in Triton variant `name` selects ("argmax" or "topk"; "topk" for any other)."""
-    if name not in variants.names():
-        return "topk"
-    plan_for = getattr(inspect.getmodule(variants.get(name).select), "plan_for", None)
-    return "topk" if plan_for is None else plan_for(1, 1, 1, torch.float32, plans.Hardware()).selection
-
-
-def selection_of(case: Case) -> plans.Selection:
-    """What a case's kernels select: "argmax" for an argmax Triton variant's case, else "topk"."""
-    return variant_selection(case.variant)
-
-
-def shapes_of(cases: Iterable[Case]) -> list[Case]:
-    """One case per (dtype, batch, vocab, k, path, selection), whatever else its variant: the shapes to
-    tune (an argmax variant's case tunes the argmax kernels, every other the exact top-k)."""
-    distinct: dict[tuple, Case] = {}
-    for case in cases:
-        key = (case.dtype, case.batch, case.vocab, case.topk, case.path, selection_of(case))
-        distinct.setdefault(key, case)
-    return list(distinct.values())
-
-
 @dataclass
 class TuneOutcome:
     """Every candidate's row and the table of the best plans, so far."""
@@ -163,39 +154,30 @@ class TuneOutcome:
     rows: list[dict[str, object]]
     table: TunedTable
 
-    @property
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows)
+
+OnShape = Callable[[Case, list[TimedPlan], "TuneOutcome"], None]
 
 
-def tune(
-    cases: Iterable[Case],
-    info: DeviceInfo,
-    on_shape: Callable[[Case, list[TimedPlan], TuneOutcome], None] | None = None,
-) -> TuneOutcome:
+def tune(cases: Iterable[Case], info: DeviceInfo, on_shape: OnShape | None = None) -> TuneOutcome:
     """Time the candidates of every shape of `cases` on `info`'s device. The outcome grows shape by shape
     and `on_shape` sees it after each (to write it as it goes: an interruption keeps the tuned shapes)."""
     hw = plans.hardware(info.device)
-    env = {"copy_gbps": None}
-    inputs = KernelRunner(info, env)
+    inputs = KernelRunner(info, {"copy_gbps": None})
     shapes = shapes_of(cases)
     versions = {name: package_version(name) for name in ("torch", "triton")}
     path = ",".join(sorted({c.path for c in shapes}))
     outcome = TuneOutcome([], TunedTable(hw.name or info.name, hw.sms, hw.warp_size, versions, path))
     for case in shapes:
-        element_size = dtype_of(case.dtype).itemsize
-        selection = selection_of(case)
-        timed = [
-            time_candidate(case, t, inputs, hw)
-            for t in candidates(case.batch, case.vocab, case.topk, hw, element_size, selection)
-        ]
+        size, selection = dtype_of(case.dtype).itemsize, selection_of(case.variant)
+        tunables = candidates(case.batch, case.vocab, case.topk, hw, size, selection)
+        timed = [time_candidate(case, t, inputs, hw) for t in tunables]
         shape = {"dtype": case.dtype, "batch": case.batch, "vocab": case.vocab, "k": case.topk}
         for rank, t in enumerate(timed):
-            launch = {**asdict(t.tunables), "n_splits": t.plan.n_splits, "chunk": t.plan.chunk}
-            figures = {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us}
-            verdict = {"verdict": t.verdict, "reason": t.reason}
-            kind = {"path": case.path, "heuristic": rank == 0}
-            outcome.rows.append({**shape, **kind, **launch, **figures, **verdict})
+            row = {**shape, "path": case.path, "heuristic": rank == 0, **asdict(t.tunables)}
+            row |= {"n_splits": t.plan.n_splits, "chunk": t.plan.chunk, "median_us": t.median_us}
+            outcome.rows.append(
+                row | {"p20_us": t.p20_us, "p80_us": t.p80_us, "verdict": t.verdict, "reason": t.reason}
+            )
         best = best_of(timed)
         if best is not None:
             times = {"median_us": best.median_us, "heuristic_us": timed[0].median_us}
@@ -208,9 +190,7 @@ def tune(
 
 def write_outcome(outcome: TuneOutcome, table: Path, csv: Path) -> None:
     """The table and every candidate's row, each file replaced whole (a kill mid-write keeps the old)."""
-    from perfsuite.kernels.plan_table import replace_text, write_table
-
     for path in (table, csv):
         path.parent.mkdir(parents=True, exist_ok=True)
-    write_table(table, outcome.table)
-    replace_text(csv, outcome.frame.to_csv(index=False))
+    plan_table.replace_text(table, outcome.table.to_json())
+    plan_table.replace_text(csv, pd.DataFrame(outcome.rows).to_csv(index=False))

@@ -1,30 +1,12 @@
-"""Fill Triton's on-disk compile cache, in parallel, before the stages that launch the kernels.
-
-    perfsuite warm [SCENARIO ...] [--tune] [--candidates SCENARIO] [--check SELECTOR
-        [--quick] [--case GLOB] [--dtype D]] [--keys FILE] [--jobs N] [--budget SECONDS]
-    python -m perfsuite.tools.warm ...   (an alias: the same options and exit status)
-
-Triton compiles a kernel at its first launch with a new specialisation, in the launching process, one
-at a time: a cold stage waits on the compiler (about 1.8 s of CPU a kernel). This command takes the
-compile plan (`perfsuite.tools.warm_keys`) of what it is given: each SCENARIO's Triton sweep cases,
-its edge-case matrix and its draft cases; with `--tune` or `--candidates SCENARIO`, every candidate plan
-`perfsuite tune` times for the shapes; with `--check`, the conformance battery's launches on those
-selectors (its --quick, --case and --dtype). It keeps one launch per specialisation
-(`Launch.compile_key`), in that order (candidates, scenarios, battery) and makes those launches in N
-worker processes (default: the CPU count). Each worker launches for real, through the wrappers the
-variants call, on one row of the logits' geometry (dtype, V, row stride, shift), so Triton's cache keys
-are exactly the run's; the run then loads compiled kernels. Plans are the variants' own, so with a tuned
-table in PERFSUITE_PLANS the tuned ones. `--keys FILE` leaves out the keys FILE lists and adds each key
-warmed now: a second call in the same check (after `perfsuite tune`) only compiles what is new.
-Tensor-parallel cases and Inductor's launches (`compile` path) are not warmed.
-
-Without a GPU there is nothing to warm (exit 0). Under Triton's interpreter (TRITON_INTERPRET=1, which
-the simulated GPU sets) nothing is compiled or cached, but the launches run all the same, so the
-machinery runs on a CPU (and a launch log, `perfsuite.kernels.launch_log`, records them as warmed).
+"""`perfsuite warm` (alias `python -m perfsuite.tools.warm`): fill Triton's compile cache, in parallel, with
+every launch the GPU check's stages make: each SCENARIO's Triton sweep cases, edge-case matrix and draft
+cases; with `--tune` / `--candidates SCENARIO` the plans `perfsuite tune` times; with `--check` the
+conformance battery's. Each source derives its launches from the inputs its stage builds and the variants'
+own plans; one launch per compile key is made for real, on one row of its geometry, in N workers, so
+Triton's cache keys are the run's (docs/triton.md). Under TRITON_INTERPRET=1 the launches run, uncompiled.
 
 Exit status: 0 done or nothing to warm, 1 a launch failed, 2 bad input, 124 stopped at the budget with
-launches left, 130 interrupted (SIGINT or SIGTERM: the workers are stopped, Triton's cache keeps every
-kernel it finished writing).
+launches left, 130 interrupted (SIGINT or SIGTERM: Triton's cache keeps every kernel it finished writing).
 """
 
 from __future__ import annotations
@@ -38,81 +20,208 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from perfsuite import kernels
+from perfsuite import kernels, variants
 from perfsuite.core.console import first_line, interruptible, number_at_least
 from perfsuite.core.dtypes import dtype_of
 from perfsuite.kernels import launch_log
 from perfsuite.kernels import plan as plans
-from perfsuite.scenario.load import Case, Scenario
-from perfsuite.tools import warm_keys
+from perfsuite.scenario.load import Case, Scenario, expand, load
+from perfsuite.tools import tuning
+
+if TYPE_CHECKING:
+    from perfsuite.kernels.topk_softmax import Launch
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 
-Warmup = warm_keys.Warmup
-plan_functions = warm_keys.plan_functions
+
+@dataclass(frozen=True)
+class Warmup:
+    """One launch a stage will make, and where it comes from (for the log: "triton_split V151936 B1 k8")."""
+
+    source: str
+    dtype: torch.dtype  # the logits'
+    launch: Launch
+
+    @property
+    def kernel(self) -> str:
+        return self.launch.kernel
+
+    @cached_property
+    def key(self) -> tuple:
+        return self.launch.compile_key(self.dtype)
+
+    def describe(self) -> str:
+        kernel, logits, constants, _, warps = self.key
+        shown = " ".join(f"{name}={value}" for name, value in constants)
+        return f"{kernel} {logits.removeprefix('torch.') or '-'} {shown} w{warps}  ({self.source})"
 
 
-def warm_units(cases: Iterable[Case], hw: plans.Hardware, tune: bool = False) -> tuple[list[Warmup], int]:
-    """One launch per distinct specialisation the Triton cases of `cases` make on `hw` (with `tune`, also
-    every candidate plan `perfsuite tune` times for their shapes, first), the scans before the merges;
-    and how many launches that covers."""
-    cases = list(cases)
-    sources = [warm_keys.candidate_units(cases, hw)] if tune else []
-    sources.append(warm_keys.sweep_units(cases, hw))
-    return warm_keys.distinct(*sources), sum(len(s) for s in sources)
+Shape = tuple[int, int, int]  # (batch, vocab, k)
+
+
+def _plan_units(
+    source: str, dtype: torch.dtype, shape: Shape, layout: plans.RowLayout, plan: plans.Plan
+) -> list[Warmup]:
+    from perfsuite.kernels.topk_softmax import plan_launches
+
+    return [Warmup(source, dtype, launch) for launch in plan_launches(*shape, plan, layout)]
+
+
+def _variant_units(
+    name: str, dtype: torch.dtype, shape: Shape, layout: plans.RowLayout, hw: plans.Hardware, source: str
+) -> list[Warmup]:
+    """What the Triton variant `name` launches on logits of this shape and layout."""
+    if shape[0] <= 0:
+        return []
+    return _plan_units(source, dtype, shape, layout, tuning.variant_plan(name)(*shape, dtype, hw))
+
+
+def _logits_units(name: str, logits: torch.Tensor, k: int, hw: plans.Hardware, source: str) -> list[Warmup]:
+    """What the Triton variant `name` launches on these very logits (their layout decides the key)."""
+    return _variant_units(name, logits.dtype, (*logits.shape, k), plans.RowLayout.of(logits), hw, source)
+
+
+def sweep_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
+    """The Triton cases' launches (`perfsuite run`'s kernel-level sweep)."""
+    found: list[Warmup] = []
+    for c in (c for c in cases if tuning.variant_plan(c.variant)):
+        dtype, source = dtype_of(c.dtype), f"{c.variant} V{c.vocab} B{c.batch} k{c.topk}"
+        layout = plans.RowLayout.contiguous(c.vocab, dtype.itemsize, c.inputs.row_pad)
+        found += _variant_units(c.variant, dtype, (c.batch, c.vocab, c.topk), layout, hw, source)
+    return found
+
+
+def candidate_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
+    """Every candidate plan `perfsuite tune` times for the shapes of the Triton cases of `cases`."""
+    found: list[Warmup] = []
+    for case in tuning.shapes_of(c for c in cases if tuning.variant_plan(c.variant) and c.batch > 0):
+        dtype, selection = dtype_of(case.dtype), tuning.selection_of(case.variant)
+        shape = (case.batch, case.vocab, case.topk)
+        source = f"tune V{case.vocab} B{case.batch} k{case.topk}{' argmax' if selection == 'argmax' else ''}"
+        layout = plans.RowLayout.contiguous(case.vocab, dtype.itemsize, case.inputs.row_pad)
+        for tunables in tuning.candidates(*shape, hw, dtype.itemsize, selection):
+            plan = tunables.plan_for(*shape, hw, dtype.itemsize)
+            found += _plan_units(f"{source}, {tunables.describe()}", dtype, shape, layout, plan)
+    return found
+
+
+def edge_matrix_units(scenario: Scenario, hw: plans.Hardware) -> list[Warmup]:
+    """The edge-case matrix `perfsuite run` makes after the sweep (`EDGE_TOPK`, the sweep's dtypes and
+    single-device variants) on `edge_cases.edge_logits`."""
+    from perfsuite.correctness import edge_cases
+
+    names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if tuning.variant_plan(v)))
+    found: list[Warmup] = []
+    for dtype in dict.fromkeys(dtype_of(d) for s in scenario.sweeps for d in s.dtypes):
+        logits = edge_cases.edge_logits(dtype, "cpu")
+        for k in edge_cases.EDGE_TOPK:
+            for name in names:
+                found += _logits_units(name, logits, k, hw, f"{name} edge-case matrix k{k}")
+    return found
+
+
+def draft_units(scenario: Scenario, hw: plans.Hardware) -> list[Warmup]:
+    """The selections of a scenario's draft cases: the extend on `[B, V]`, the decode steps (and the
+    runner's output-reuse probe) on `[B * k, V]`; fp32 logits when upcast, else the head's dtype."""
+    from perfsuite.cases.draft.draft_table import expand_draft
+
+    found: list[Warmup] = []
+    for case in (c for c in expand_draft(scenario) if tuning.variant_plan(c.variant)):
+        head, loop = case.head, case.loop
+        dtype = torch.float32 if loop.upcast else head.torch_dtype
+        for rows in (case.batch, case.batch * loop.topk):
+            source = f"{case.variant} draft V{head.vocab} rows {rows} k{loop.topk}"
+            layout = plans.RowLayout.contiguous(head.vocab, dtype.itemsize)
+            found += _variant_units(case.variant, dtype, (rows, head.vocab, loop.topk), layout, hw, source)
+    return found
+
+
+def battery_units(
+    selectors: Iterable[str], hw: plans.Hardware, device: torch.device, *, cases: Iterable[str] | None = None,
+    dtypes: Iterable[torch.dtype] | None = None, quick: bool = False,
+) -> list[Warmup]:  # fmt: skip
+    """The Triton launches of `perfsuite check SELECTORS [--case ...] [--dtype ...] [--quick]` on `device`:
+    each case's logits built as the battery builds them (on the CPU: the same strides and offsets), every
+    dtype the selector claims, every k of the case, and a `batch_check` case's other batches."""
+    from perfsuite.correctness.conformance import battery, consistency
+    from perfsuite.correctness.conformance import battery_patterns as catalogue
+
+    names = [n for n in selectors if tuning.variant_plan(n) and not variants.get(n).available(device)]
+    wanted = [d for d in battery.DTYPES if dtypes is None or d in set(dtypes)]
+    found: list[Warmup] = []
+    for case in catalogue.select(cases, quick=quick):
+        if case.graph and device.type != "cuda":
+            continue  # the battery skips it (graph capture needs a GPU)
+        for dtype in wanted:
+            users = [n for n in names if dtype in variants.get(n).dtypes]
+            try:
+                logits = case.build(dtype, torch.device("cpu")) if users else None
+            except catalogue.Skip:
+                continue
+            if logits is None:
+                continue
+            others = consistency.other_batches(logits) if case.batch_check else []
+            batches = [logits, *(rows for _, rows, _ in others)]
+            for k in case.topks():
+                for name in (n for n in users if not variants.get(n).unclaimed_k(k)):
+                    for rows in batches:
+                        found += _logits_units(name, rows, k, hw, f"{name} check {case.name} k{k}")
+            del logits, batches  # the int64 addressing case's buffer spans gigabytes of address space
+    return found
+
+
+def distinct(*sources: list[Warmup]) -> list[Warmup]:
+    """One launch per compile key: the first of each, sources in the order given, each source's scans
+    before its merges (a budget that runs out leaves the later sources' kernels to compile when used)."""
+    kept: dict[tuple, Warmup] = {}
+    for source in sources:
+        new = {}
+        for unit in source:
+            if unit.key not in kept:
+                new.setdefault(unit.key, unit)
+        kept |= dict(sorted(new.items(), key=lambda item: item[1].kernel.endswith("merge")))
+    return list(kept.values())
 
 
 def scenario_units(scenario: Scenario, hw: plans.Hardware, tune: bool = False) -> list[list[Warmup]]:
     """A scenario's launches as `perfsuite run` makes them: with `tune` the candidate plans first, then
-    the sweep's cases, the edge-case matrix after them, the draft cases."""
-    from perfsuite.scenario.load import expand
-
+    the sweep's cases, the edge-case matrix, the draft cases."""
     cases = expand(scenario)
-    sources = [warm_keys.candidate_units(cases, hw)] if tune else []
-    sources.append(warm_keys.sweep_units(cases, hw))
-    sources.append(warm_keys.edge_matrix_units(scenario, hw))
-    sources.append(warm_keys.draft_units(scenario, hw))
-    return sources
+    sources = [candidate_units(cases, hw)] if tune else []
+    return [*sources, sweep_units(cases, hw), edge_matrix_units(scenario, hw), draft_units(scenario, hw)]
 
 
 def make_launch(unit: Warmup, device: torch.device) -> None:
-    """The unit's launch, made as the variants make it (`topk_softmax.run_plan`'s calls) on one row of
-    its geometry (V, row stride, shift; zeros; partial sums of one): Triton compiles (or loads) the kernel
-    and runs it. The batch only sizes the grid, which no kernel is specialised on."""
-    from perfsuite.kernels import topk_softmax
+    """The unit's launch on one row of its geometry (the batch only sizes the grid, which no kernel is
+    specialised on), on fresh tensors of the run's types: Triton compiles (or loads) the kernel, runs it."""
+    from perfsuite.kernels.topk_softmax import KERNELS, POINTER_TYPES
 
-    plan, k = unit.plan, unit.k
-    tunables = {"block": plan.block, "num_warps": plan.num_warps, "prefetch": plan.prefetch}
-    if unit.kernel == "argmax_merge":
-        topk_softmax.merge_argmax(torch.zeros(1, unit.n_parts, dtype=torch.int64, device=device))
-        return
-    if unit.kernel == "merge":
-        fp32 = {"dtype": torch.float32, "device": device}
-        partials = topk_softmax.Partials(
-            torch.zeros(1, unit.n_parts, **fp32),
-            torch.ones(1, unit.n_parts, **fp32),
-            torch.zeros(1, unit.n_parts, k, **fp32),
-            torch.zeros(1, unit.n_parts, k, dtype=torch.int64, device=device),
-        )
-        topk_softmax.merge_partials(partials, k)
-        return
-    buffer = torch.zeros(unit.shift + unit.vocab, dtype=dtype_of(unit.dtype), device=device)  # aligned
-    logits = buffer.as_strided((1, unit.vocab), (unit.stride, 1), unit.shift)
-    if unit.kernel == "fused":
-        topk_softmax.fused_topk_softmax(logits, k, **tunables)
-    elif unit.kernel == "argmax":
-        topk_softmax.fused_argmax(logits, **tunables)
-    elif unit.kernel == "argmax_partials":
-        topk_softmax.argmax_partials(logits, chunk=plan.chunk, **tunables)
-    else:
-        topk_softmax.row_partials(logits, k, chunk=plan.chunk, **tunables)
+    launch = replace(unit.launch, grid=(1, *unit.launch.grid[1:]))
+    scalars, k = launch.scalars, launch.constants.get("K", 1)
+    size = max(launch.grid[-1], scalars.get("n_parts", 1)) * max(k, scalars.get("part_k", 1))
+    types = {"fp32": torch.float32, "i64": torch.int64}
+
+    def tensor(kind: str) -> torch.Tensor:  # the logits are zeros, the partials ones (sums of one)
+        if kind == "input":
+            return torch.zeros(scalars["shift"] + scalars["V"], dtype=unit.dtype, device=device)
+        return torch.ones(size, dtype=types[kind], device=device)
+
+    pointers = [POINTER_TYPES[name] for name in KERNELS[launch.kernel].arg_names if name in POINTER_TYPES]
+    launch(*(tensor(kind) for kind in pointers))
 
 
 _DEVICE: torch.device | None = None  # a worker's device
+Finished = tuple[Warmup, float, str]  # a unit, its launch's seconds (compile included), its error ("" ran)
+POLL_S = 0.25
+"""How often the parent wakes while it waits for a worker: a signal delivered to one of the pool's threads
+only interrupts the main thread when it wakes."""
 
 
 def _start_worker(device: str) -> None:
@@ -136,15 +245,6 @@ def _warm(unit: Warmup) -> Finished:
     return unit, time.perf_counter() - start, ""
 
 
-Finished = tuple[Warmup, float, str]
-"""A unit, the seconds its launch took (compile included) and its error ("" when it ran)."""
-
-
-POLL_S = 0.25
-"""How often the parent wakes while it waits for a worker: a signal delivered to one of the pool's threads
-only interrupts the main thread when it wakes."""
-
-
 def _next(results: multiprocessing.pool.IMapIterator, deadline: float | None) -> Finished:
     """The next finished unit; `multiprocessing.TimeoutError` once `deadline` has passed."""
     while True:
@@ -158,24 +258,18 @@ def _next(results: multiprocessing.pool.IMapIterator, deadline: float | None) ->
 
 
 def _run_pool(
-    units: list[Warmup],
-    device: torch.device,
-    jobs: int,
-    deadline: float | None,
-    started: str,
-    on_done: Callable[[Finished], None] = lambda finished: None,
-) -> tuple[list[Finished], str]:
+    units: list[Warmup], device: torch.device, jobs: int, deadline: float | None, started: str,
+    on_done: Callable[[Finished], None],
+) -> tuple[list[Finished], str]:  # fmt: skip
     """Warm `units` in `jobs` spawned workers (then print `started`) until done, the deadline
     (`time.monotonic()`) or an interruption, calling `on_done` with each finished unit: what finished,
     and how it stopped ("" done, "budget", "interrupted")."""
     done: list[Finished] = []
-    pool = None
-    stopped = "interrupted"
+    pool, stopped = None, "interrupted"
     try:
-        context = multiprocessing.get_context("spawn")  # CUDA does not survive a fork
         restore = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited: the parent stops the workers
-        try:
-            pool = context.Pool(jobs, initializer=_start_worker, initargs=(str(device),))
+        try:  # spawned: CUDA does not survive a fork
+            pool = multiprocessing.get_context("spawn").Pool(jobs, _start_worker, (str(device),))
         finally:
             signal.signal(signal.SIGINT, restore)
         print(started, flush=True)
@@ -192,23 +286,18 @@ def _run_pool(
         stopped = "interrupted"
     finally:
         if pool is not None:
-            if stopped:
-                pool.terminate()  # a kernel being written is dropped: Triton's cache only holds whole ones
-            else:
-                pool.close()
+            # terminated, a kernel being written is dropped: Triton's cache only holds whole ones
+            pool.terminate() if stopped else pool.close()
             pool.join()
     return done, stopped
 
 
-DESCRIPTION = (
-    "Fill Triton's compile cache for every launch the given scenarios and conformance battery make, in "
-    "parallel worker processes on this GPU."
-)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `perfsuite warm` (and of its alias `python -m perfsuite.tools.warm`)."""
-    parser.description = DESCRIPTION
+    parser.description = (
+        "Fill Triton's compile cache for every launch the given scenarios and conformance battery make, in "
+        "parallel worker processes on this GPU."
+    )
     parser.add_argument("scenario", nargs="*", help="its sweep, edge-case matrix and draft cases")
     parser.add_argument("--tune", action="store_true", help="also every plan `perfsuite tune` times for them")
     parser.add_argument(
@@ -226,17 +315,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keys", type=Path, help="skip the keys this file lists (warmed before), add the ones warmed now"
     )
-    parser.add_argument(
-        "--jobs",
-        type=number_at_least(1),
-        default=os.cpu_count() or 1,
-        help="worker processes (default: the CPUs)",
-    )
-    parser.add_argument(
-        "--budget",
-        type=number_at_least(0, float, strict=True),
-        help="stop after this many seconds (exit 124)",
-    )
+    jobs = {"type": number_at_least(1), "default": os.cpu_count() or 1}
+    parser.add_argument("--jobs", **jobs, help="worker processes (default: the CPUs)")
+    budget = number_at_least(0, float, strict=True)
+    parser.add_argument("--budget", type=budget, help="stop after this many seconds (exit 124)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,25 +347,18 @@ def _plan(args: argparse.Namespace, device: torch.device) -> tuple[list[Warmup],
     """The distinct units of everything asked for (candidates, scenarios, battery, in that order), those
     listed in `--keys` left out; and the launches they cover."""
     from perfsuite.correctness.conformance.battery import battery_dtype
-    from perfsuite.scenario.load import load
 
     hw = plans.hardware(device)
-    sources = [warm_keys.candidate_units(_cases(load(path)), hw) for path in args.candidates]
+    sources = [candidate_units(expand(load(path)), hw) for path in args.candidates]
     for path in args.scenario:
         sources += scenario_units(load(path), hw, tune=args.tune)
     if args.check:
+        options = {"cases": args.case or None, "quick": args.quick}
         dtypes = [battery_dtype(name) for name in args.dtype] or None
-        options = {"cases": args.case or None, "dtypes": dtypes, "quick": args.quick}
-        sources.append(warm_keys.battery_units(args.check, hw, device, **options))
-    units = warm_keys.distinct(*sources)
+        sources.append(battery_units(args.check, hw, device, dtypes=dtypes, **options))
     warmed = _warmed_keys(args.keys)
-    return [u for u in units if launch_log.key_text(u.key) not in warmed], sum(len(s) for s in sources)
-
-
-def _cases(scenario: Scenario) -> list[Case]:
-    from perfsuite.scenario.load import expand
-
-    return expand(scenario)
+    units = [u for u in distinct(*sources) if launch_log.key_text(u.key) not in warmed]
+    return units, sum(len(s) for s in sources)
 
 
 def _warmed_keys(path: Path | None) -> set[str]:
@@ -307,7 +382,7 @@ def _keep_key(path: Path | None) -> Callable[[Finished], None]:
 
 def _warm_all(args: argparse.Namespace, start: float) -> int:
     from perfsuite.measure.device import resolve_device
-    from perfsuite.scenario.load import ScenarioError, load
+    from perfsuite.scenario.load import ScenarioError
 
     try:
         first = args.scenario[:1] or args.candidates[:1]
@@ -324,8 +399,7 @@ def _warm_all(args: argparse.Namespace, start: float) -> int:
     jobs = max(1, min(args.jobs, len(units)))
     kinds = ", ".join(f"{kernel} {n}" for kernel, n in Counter(u.kernel for u in units).items())
     mode = "compiling into Triton's cache"
-    if interpreted:
-        mode = "Triton interpreter: the launches run, nothing is compiled or cached"
+    mode = "Triton interpreter: the launches run, nothing is compiled or cached" if interpreted else mode
     what = " ".join([*args.candidates, *args.scenario, *(f"check:{name}" for name in args.check)])
     print(f"warm: {what} on {device} ({mode})", flush=True)
     counted = f"warm: {len(units)} specialisations ({kinds or 'none'}) for {launches} launches"
@@ -346,9 +420,7 @@ def _warm_all(args: argparse.Namespace, start: float) -> int:
     )
     if stopped == "interrupted":
         return EXIT_INTERRUPTED
-    if failed:
-        return EXIT_FAILED
-    return EXIT_BUDGET if stopped == "budget" else EXIT_OK
+    return EXIT_FAILED if failed else EXIT_BUDGET if stopped == "budget" else EXIT_OK
 
 
 if __name__ == "__main__":

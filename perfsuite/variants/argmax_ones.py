@@ -10,14 +10,10 @@ from perfsuite.variants.base import Traffic, Variant
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang PR 26235: `topk_index = argmax(logits)`, `topk_p = 1.0`; k > 1 takes `topk` of the logits.
 
-    Same tokens as the logits order, but `topk_p` is not a probability: every consumer of the scores
-    (tree score products, log-prob floors, MTP paths) sees 1.0. Inexact by declaration.
-    Ties: `max` returns the first maximum; `topk`'s order among equal logits is torch's.
+    Same tokens as the logits order, but every consumer of the scores (tree score products, log-prob
+    floors, MTP paths) sees 1.0: inexact by declaration. Ties: `max`'s first maximum, `topk`'s own order.
     """
-    if k == 1:
-        topk_index = torch.argmax(logits, dim=-1, keepdim=True)
-    else:
-        topk_index = torch.topk(logits, k, dim=-1).indices
+    topk_index = torch.argmax(logits, -1, keepdim=True) if k == 1 else torch.topk(logits, k, dim=-1).indices
     return torch.ones(topk_index.shape, dtype=torch.float32, device=logits.device), topk_index
 
 

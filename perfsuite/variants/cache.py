@@ -1,25 +1,16 @@
 """The cache-aware bytes model: which of a call's tensor passes the last-level cache absorbs.
 
-A call is a sequence of passes (kernels), each reading and writing whole tensors. The cache is modelled as
-LRU over whole tensors, cold at the start of the call (a cold case is flushed before it):
-
-- a read of a tensor still resident since its previous touch is a cache hit; otherwise it moves the
-  tensor's bytes from HBM (the logits' first read always does);
-- a write allocates the tensor in the cache, dirty; it reaches HBM when the tensor is evicted within the
-  call (once per dirty spell, however many passes rewrote it). A tensor still dirty when the call ends is
-  written back after it, if ever (the next call's temporary usually lands on the same addresses), so it is
-  not counted;
-- a tensor stays resident from one touch to the next when it and every other tensor touched from that pass
-  to the next (both included) fit in the cache together: LRU stack distance at tensor granularity,
-  conservative where tensors stream through the cache side by side (a softmax reads the logits while it
-  writes the probabilities).
-
-With a cache of 0 bytes every pass moves its bytes from HBM: the figure is then `Traffic.total`.
+A call is a sequence of passes (kernels), each reading and writing whole tensors; the cache is LRU over
+whole tensors, cold at the call's start (the rules: docs/measuring.md, "The cache-aware bytes model"). A
+tensor stays resident from one touch to the next when it and every other tensor touched from that pass to
+the next fit in the cache together; a write makes it dirty, written back to HBM when it is evicted within
+the call (a tensor still dirty at the end is written back after it, if ever: not counted). With a cache of
+0 bytes every pass moves its bytes from HBM: the figure is then `Traffic.total`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -33,10 +24,7 @@ class Pass:
     @property
     def bytes(self) -> int:
         """Bytes it moves when nothing is cached."""
-        return sum(n for _, n in self.reads) + sum(n for _, n in self.writes)
-
-    def tensors(self) -> set[str]:
-        return {name for name, _ in (*self.reads, *self.writes)}
+        return sum(n for _, n in (*self.reads, *self.writes))
 
 
 def sweep(reads: dict[str, int] | None = None, writes: dict[str, int] | None = None) -> Pass:
@@ -44,43 +32,33 @@ def sweep(reads: dict[str, int] | None = None, writes: dict[str, int] | None = N
     return Pass(tuple((reads or {}).items()), tuple((writes or {}).items()))
 
 
-def _sizes(passes: Iterable[Pass]) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    for p in passes:
-        for name, n in (*p.reads, *p.writes):
-            sizes[name] = max(sizes.get(name, 0), n)
-    return sizes
-
-
 def hbm_bytes(passes: Sequence[Pass], cache_bytes: int) -> int:
     """Bytes the passes move through HBM with a last-level cache of `cache_bytes` (see the module)."""
-    if not passes:
-        return 0
-    sizes = _sizes(passes)
-    touched = [p.tensors() for p in passes]
-    last = len(passes) - 1
+    sizes: dict[str, int] = {}
+    for name, n in (tensor for p in passes for tensor in (*p.reads, *p.writes)):
+        sizes[name] = max(sizes.get(name, 0), n)
+    touched = [{name for name, _ in (*p.reads, *p.writes)} for p in passes]
 
-    def kept(name: str, first: int, through: int) -> bool:
-        """Whether `name` stays resident from pass `first` through pass `through`."""
-        others = set().union(*touched[first : through + 1]) - {name}
-        return sizes[name] + sum(sizes[o] for o in others) <= cache_bytes
+    def kept(first: int, through: int) -> bool:
+        """Whether every tensor touched from pass `first` through pass `through` fits in the cache."""
+        return sum(sizes[t] for t in set().union(*touched[first : through + 1])) <= cache_bytes
 
     moved = 0
     for name, size in sizes.items():
         resident = dirty = False
-        previous: int | None = None
+        previous = -1
         for i, p in enumerate(passes):
             if name not in touched[i]:
                 continue
-            if previous is not None and not kept(name, previous, i):
+            if previous >= 0 and not kept(previous, i):
                 moved += size if dirty else 0  # evicted in between: a dirty tensor is written back
                 resident = dirty = False
-            if any(n == name for n, _ in p.reads):
+            if name in dict(p.reads):
                 moved += 0 if resident else size
                 resident = True
-            if any(n == name for n, _ in p.writes):
+            if name in dict(p.writes):
                 resident = dirty = True
             previous = i
-        if dirty and previous is not None and not kept(name, previous, last):
+        if dirty and not kept(previous, len(passes) - 1):
             moved += size  # evicted by the rest of the call
     return moved

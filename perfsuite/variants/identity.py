@@ -11,14 +11,11 @@ from perfsuite.variants.ordering import topk_lowest_index
 
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k of the logits, then `exp(v - m) / sum(exp(x - m))` in fp32 (k == 1: `1 / sum(exp(x - m))`).
+    """Top-k of the logits, ties to the lowest index, then `probabilities`.
 
     Written with torch ops, as an engine would: no `[B, V]` probability tensor, but eager torch still
-    materializes one `[B, V]` fp32 temporary for `exp(x - m)` (the sum cannot be fused without a kernel
-    or `torch.compile`). Ties: lowest index first (`topk_lowest_index`: for k > 1 a compare pass and a
-    cumulative count over the row on top of `torch.topk`). Non-finite rows: a NaN or +inf anywhere makes
-    the row's probabilities NaN (as full_softmax does); an all -inf row gives NaN; indices stay inside
-    `[0, V)`.
+    materializes one `[B, V]` fp32 temporary for `exp(x - m)`. Non-finite rows: a NaN or +inf anywhere
+    makes the row's probabilities NaN (as full_softmax does), an all -inf row too; indices stay in `[0, V)`.
     """
     values, topk_index = topk_lowest_index(logits, k)
     return probabilities(logits, values), topk_index
@@ -26,18 +23,17 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def probabilities(logits: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """`exp(v - m) / sum(exp(x - m))` in fp32 for the selected logits `values` `[B, k]`, sorted descending
-    (so `values[:, 0]` is the row max `m`): exact at any finite magnitude, unlike `exp(v - logsumexp(x))`,
+    (`values[:, 0]` is the row max `m`): exact at any finite magnitude, unlike `exp(v - logsumexp(x))`,
     which adds `log(sum)` to a huge max and rounds it away."""
     row_max = values[:, :1].float()
     shifted = logits - row_max  # promotes to fp32: the one [B, V] temporary
-    sum_exp = shifted.exp_().sum(dim=-1, keepdim=True)
-    return torch.exp(values.float() - row_max) / sum_exp
+    return torch.exp(values.float() - row_max) / shifted.exp_().sum(dim=-1, keepdim=True)
 
 
 def selection_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     """`torch.max` (k == 1) or `torch.topk`: one read of the logits, `[B, k]` values and indices written."""
-    logits = batch * vocab * dtype.itemsize
-    return swept(sweep({"logits": logits})) + Traffic(0, batch * k * (dtype.itemsize + 8))
+    logits = sweep({"logits": batch * vocab * dtype.itemsize})
+    return swept(logits) + Traffic(0, batch * k * (dtype.itemsize + 8))
 
 
 def tie_repair_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
@@ -47,8 +43,7 @@ def tie_repair_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Tr
         return Traffic(0, 0)
     n = batch * vocab
     compare = sweep({"logits": n * dtype.itemsize}, {"ties": n})
-    count = sweep({"ties": n}, {"tied_rank": n * 4})
-    return swept(compare, count, temp=n * 4)
+    return swept(compare, sweep({"ties": n}, {"tied_rank": n * 4}), temp=n * 4)
 
 
 def probability_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
@@ -56,8 +51,7 @@ def probability_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> T
     n = batch * vocab
     shift = sweep({"logits": n * dtype.itemsize}, {"shifted": n * 4})
     exp = sweep({"shifted": n * 4}, {"shifted": n * 4})
-    total = sweep({"shifted": n * 4})
-    return swept(shift, exp, total, temp=n * 4) + Traffic(batch * k * 8, batch * k * 4)
+    return swept(shift, exp, sweep({"shifted": n * 4}), temp=n * 4) + Traffic(batch * k * 8, batch * k * 4)
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:

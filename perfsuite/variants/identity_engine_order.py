@@ -12,11 +12,9 @@ from perfsuite.variants.identity import probabilities, probability_traffic, sele
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`torch.max` (k == 1) or `torch.topk` of the logits, then `exp(v - m) / sum(exp(x - m))` in fp32.
 
-    The same probabilities as `identity` (exact), the same ops but the tie repair: which of the logits
-    equal to the k-th value make the cut, and their order, are torch's (unspecified; `torch.topk` on a GPU
-    need not pick the lowest indices), as in full_softmax and argmax_ones. For k == 1 `torch.max` returns
-    the first maximum, so the two identities run the same ops there. Non-finite rows as `identity`: NaN
-    probabilities where a NaN or +inf is in the row or every logit is -inf; indices inside `[0, V)`.
+    `identity`'s exact probabilities without its tie repair: which logits equal to the k-th value make the
+    cut, and their order, are torch's (a GPU's `torch.topk` need not pick the lowest indices). At k == 1
+    `torch.max` returns the first maximum: the two identities run the same ops. Non-finite rows as `identity`.
     """
     if k == 1:
         values, topk_index = torch.max(logits, dim=-1, keepdim=True)

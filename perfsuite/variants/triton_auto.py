@@ -1,4 +1,10 @@
-"""`triton_auto`: the exact Triton kernel (fused or split, with its tunables) picked by shape."""
+"""`triton_auto`: the exact Triton kernel (fused or split, with its tunables) picked by shape.
+
+The device's tuned plan for the nearest shape `perfsuite tune` measured on this GPU
+(`kernels.plan_table`), else `plans.choose`: split while the batch leaves most SMs idle and the row is
+long enough to split, fused otherwise. Results and non-finite semantics are `triton_fused`'s and
+`triton_split`'s, which agree.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +17,6 @@ from perfsuite.variants.triton_split import split_traffic
 
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The device's tuned plan for the nearest tuned shape where `perfsuite tune` has measured this GPU
-    (`perfsuite.kernels.plan_table`); else `plans.choose` by batch, vocabulary, k and the device's SMs: split
-    while the batch leaves most SMs idle and the row is long enough to split, fused otherwise.
-
-    Results (indices exactly, probabilities within fp32 rounding) and non-finite semantics are those of
-    `triton_fused` / `triton_split`, which agree: NaN ranks above +inf (the first NaN wins), then +inf,
-    finite values, -inf; indices always in `[0, V)`; `topk_p` NaN for rows with a NaN or +inf, or all -inf.
-    """
     from perfsuite.kernels import topk_softmax
 
     plan = plan_for(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
@@ -26,7 +24,7 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
-    """The plan `select` launches for a shape on `hw` (`perfsuite.tools.warm` compiles it ahead)."""
+    """The plan `select` launches for a shape on `hw` (`perfsuite warm` compiles it ahead)."""
     return plan_table.best_plan(batch, vocab, k, dtype, hw)
 
 

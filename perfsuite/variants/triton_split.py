@@ -1,4 +1,10 @@
-"""`triton_split`: exact top-k softmax with each row split over many Triton programs, then merged."""
+"""`triton_split`: exact top-k softmax with each row split over many Triton programs, then merged.
+
+Stage 1, grid `(B, n_splits)` (`plans.split_plan`: about one wave of programs over the SMs): each program
+scans a chunk of a row into a partial (chunk max, sum of exp rescaled to it, chunk top-k values and global
+indices). Stage 2, grid `(B,)`: one program per row rescales the sums to the global max and merges the
+partial top-k. The indices are `triton_fused`'s bit for bit whatever the split count (integer keys).
+"""
 
 from __future__ import annotations
 
@@ -11,16 +17,6 @@ from perfsuite.variants.cache import sweep
 
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stage 1, grid `(B, n_splits)`: each program scans a chunk of a row (plans.split_plan: about one wave
-    of programs over the SMs) into a partial: chunk max, sum of exp rescaled to it, chunk top-k values and
-    global indices, in `[B, n_splits, ...]` buffers. Stage 2, grid `(B,)`: one program per row rescales
-    the sums to the global max and merges the partial top-k into the exact `topk_p` and `topk_index`.
-
-    Same results as `triton_fused` bit for bit in the indices whatever the split count: order is descending
-    logit, lowest index first, decided on integer keys. Non-finite rows: NaN ranks above +inf (the first NaN
-    wins), then +inf, finite values, -inf; indices always lie in `[0, V)` (an all -inf row gives 0..k-1).
-    `topk_p` is NaN for the whole row when it holds a NaN or +inf (as torch's softmax) or is all -inf.
-    """
     from perfsuite.kernels import topk_softmax
 
     plan = plan_for(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
@@ -28,7 +24,7 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
-    """The plan `select` launches for a shape on `hw` (`perfsuite.tools.warm` compiles it ahead)."""
+    """The plan `select` launches for a shape on `hw` (`perfsuite warm` compiles it ahead)."""
     return plans.split_plan(batch, vocab, k, hw, dtype.itemsize)
 
 
@@ -37,8 +33,7 @@ def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
-    """The ideal read of the logits and `[B, k]` outputs, plus the partials written by stage 1 and read by
-    stage 2 (split count from the plan for the current device, 132 SMs without one)."""
+    """The split plan's traffic (for the current device, 132 SMs without one)."""
     n_splits = plan_for(batch, vocab, k, dtype, plans.hardware()).n_splits
     return split_traffic(batch, vocab, k, dtype, plans.partial_bytes(batch, n_splits, k))
 
@@ -48,8 +43,7 @@ def split_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, partials: 
     `[B, k]` outputs."""
     ideal = ideal_traffic(batch, vocab, k, dtype)
     stage1 = sweep({"logits": ideal.read}, {"partials": partials})
-    stage2 = sweep({"partials": partials})
-    return swept(stage1, stage2) + Traffic(0, ideal.write)
+    return swept(stage1, sweep({"partials": partials})) + Traffic(0, ideal.write)
 
 
 VARIANT = Variant(

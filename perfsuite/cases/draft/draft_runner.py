@@ -1,31 +1,33 @@
-"""Draft cases to rows: time per cycle, the selection's share, consumer parity and kernels per cycle.
+"""Draft cases to rows (kind draft in `results.columns`): time per cycle, the selection's share, consumer
+parity and kernels per cycle. Every path of a configuration and its parity references (full_softmax's
+and the float64 selection's eager trees) run on the same inputs and accept lengths (in the row).
 
-`run_draft(scenario, info, env, progress)` yields one row per case of the scenario's `[draft]` tables as
-each finishes. A case that cannot run here is a `skipped` row with its reason, one that breaks an `error`
-row; the sweep goes on. Figures are named in `schema.DRAFT_COLUMNS`. Every path of a configuration, and its
-parity references (full_softmax's and the float64 selection's eager trees), run on the same inputs and the
-same accept lengths (`loop.accept_lengths`, recorded in the row).
+Time: as an engine pays it (`cycle_*`: the host clock on a CPU; on a GPU device events around a call that
+starts on an idle device, launches paid) and the device time (`device_*`, GPU only: queued launches, or
+replays of `timing_unroll` captured cycles). Kernels (torch.profiler): a GPU's device activities and the
+host launch calls that issued them (a captured cycle: one); a CPU's top-level aten ops; a simulated GPU's
+own count.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
-from perfsuite import kernels, variants
+from perfsuite import kernels, simulated_gpu, variants
 from perfsuite.cases.draft import consumer
-from perfsuite.cases.draft.clock import cycle_sampler, device_sampler
-from perfsuite.cases.draft.counting import count_kernels
-from perfsuite.cases.draft.draft_table import DraftCase, expand_draft, upcast_name
-from perfsuite.cases.draft.graph import GraphCache, graph_body, timing_unroll
-from perfsuite.cases.draft.head import DraftHead, HeadConfig, inputs_for
+from perfsuite.cases.draft.draft_table import DraftCase, upcast_name
+from perfsuite.cases.draft.graph import GraphCache
+from perfsuite.cases.draft.head import DraftHead, inputs_for
 from perfsuite.cases.draft.loop import (
     DraftLoop,
     DraftTree,
-    LoopConfig,
     Traced,
     accept_lengths,
     constant_select,
@@ -36,14 +38,17 @@ from perfsuite.cases.protocol import run_case
 from perfsuite.core import dtypes
 from perfsuite.core.console import progress_bar
 from perfsuite.core.kinds import KindRun
+from perfsuite.core.settings import Timing
 from perfsuite.measure import execution, memory, timing
-from perfsuite.measure.device import DeviceInfo
-from perfsuite.results.schema import DRAFT_COLUMNS
-from perfsuite.scenario.load import Scenario
+from perfsuite.measure.device import GRAPH_UNROLL_CAP, DeviceInfo, synchronize
+from perfsuite.results.columns import of_kind
 from perfsuite.variants.base import Selector, dtype_names
 
+Row = dict[str, object]
+Call = Callable[[], object]
 NAN = float("nan")
 NOOP = "(no-op selection)"
+REFERENCE = "(float64 selection)"
 SELECTION_METHOD = (
     "cycle minus the same cycle with the selection replaced by a constant of its shape, sampled alternately"
 )
@@ -51,33 +56,19 @@ SCORE_TOLERANCE = 0.05
 """Relative score difference beyond what bf16 rounding of a few probabilities along a path explains."""
 FAST_PATH = "constants (SGLang's topk-1 fast path)"
 ORGANISATION = "organisation: top num_draft_tokens - 1 of the step scores"
+LAUNCH_CALL = re.compile(r"(LaunchKernel|GraphLaunch|LaunchCooperativeKernel|Memcpy\w*Async|Memset\w*Async)")
+GPU_UNIT = "device kernels (incl. memcpy/memset)"
+CPU_UNIT = "top-level aten ops (cpu)"
 
 
-def run_draft(
-    scenario: Scenario,
-    info: DeviceInfo,
-    env: dict[str, object],
-    progress: bool = True,
-    cases: list[DraftCase] | None = None,
-) -> Iterator[dict[str, object]]:
-    """One row per draft case of `scenario` (or of `cases`, e.g. those a resumed run still lacks), yielded
-    as each finishes.
-
-    A malformed `[draft]` table raises `ScenarioError` before any case runs; after that nothing raises for
-    one case (status skipped / error with its reason).
-    """
-    cases = expand_draft(scenario) if cases is None else cases
-    runner = DraftRunner(info, env)
+def run(cases: list[DraftCase], context: KindRun) -> Iterator[Row]:
+    """The draft case kind's rows (`core.kinds`), yielded as each case finishes (none raises)."""
+    runner = DraftRunner(context.info, context.env)
     try:
-        for case in progress_bar(cases, progress, "draft"):
-            yield runner.run(case)
+        for case in progress_bar(cases, context.progress, "draft"):
+            yield run_case(runner, case)
     finally:
         runner.close()
-
-
-def run(cases: list[DraftCase], context: KindRun) -> Iterator[dict[str, object]]:
-    """The draft case kind's rows (`core.kinds`), as each finishes."""
-    return run_draft(context.scenario, context.info, context.env, context.progress, cases=cases)
 
 
 def unit(case: DraftCase) -> tuple:
@@ -85,99 +76,53 @@ def unit(case: DraftCase) -> tuple:
     return case.config_key
 
 
-def case_row(case: DraftCase, env: dict[str, object]) -> dict[str, object]:
-    """Every column, identifying ones filled, figures NaN."""
-    row: dict[str, object] = dict.fromkeys(DRAFT_COLUMNS, NAN)
-    row.update({k: v for k, v in env.items() if k in DRAFT_COLUMNS})
-    head, loop = case.head, case.loop
-    row.update(
-        scenario=case.scenario,
-        case_id=case.case_id,
-        variant=case.variant,
-        accuracy=variant.accuracy if (variant := _variant(case.variant)) is not None else "",
-        path=case.path,
-        dtype=head.dtype,
-        vocab=head.vocab,
-        hidden=head.hidden,
-        layers=head.layers,
-        batch=case.batch,
-        topk=loop.topk,
-        num_steps=loop.num_steps,
-        num_draft_tokens=loop.num_draft_tokens,
-        logits=head.logits,
-        upcast=upcast_name(loop),
-        **_accept_columns(case),
-        selector_dtype=dtypes.dtype_name(torch.float32 if loop.upcast else head.torch_dtype),
-        tree_build=FAST_PATH if loop.fast_path else ORGANISATION,
-        engine_setting=_engine_setting(loop, variant),
-        l2=case.timing.l2,
-        selections_per_cycle=loop.selections,
-        status="ok",
-        reason="",
-    )
-    return row
-
-
-def _accept_columns(case: DraftCase) -> dict[str, object]:
-    """The accept rule and the lengths it draws for this case's cycles (the ones the run uses)."""
-    lengths = accept_lengths(case.loop, case.batch, case.sweep.cycles, case.sweep.seed)
-    flat = torch.cat(lengths).double()
-    return {
-        "accept": case.loop.accept,
-        "accept_lengths": "; ".join(" ".join(str(int(v)) for v in cycle) for cycle in lengths),
-        "accept_mean": float(flat.mean()),
-    }
-
-
-def _engine_setting(loop: LoopConfig, variant: variants.Variant | None) -> str:
-    """ "sglang" where SGLang runs this tree shape with this kind of selector, else why it never does:
-    its argmax shortcut (`topk_p = 1.0`, an inexact selector) runs at topk 1 only."""
-    unlike = loop.unlike_sglang()
-    if unlike:
-        return unlike
-    if variant is not None and variant.accuracy == "inexact" and loop.topk > 1:
-        return f"not run by SGLang: an argmax shortcut (topk_p = 1.0) at topk {loop.topk} (topk 1 only)"
-    return "sglang"
-
-
-@dataclass
-class _ConfigState:
-    """What cases of one (head, batch, tree) configuration share."""
-
-    key: tuple
-    inputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
-    """Per cycle: accepted tokens, target hidden states, the extend's `select_index` (None: accept all)."""
-    ref: list[Traced] | None = None
-    eager: dict[str, list[Traced]] = field(default_factory=dict)
-    selectors: dict[str, tuple[Selector, bool]] = field(default_factory=dict)
-
-
-@dataclass
 class DraftRunner:
-    """Runs draft cases on one device, keeping one head, its inputs, reference trees and graphs."""
+    """Runs draft cases on one device (`protocol.run_case`), keeping what the cases of one configuration
+    (head, batch, tree: `DraftCase.config_key`) share: the head, its inputs, traced trees and graphs."""
 
-    info: DeviceInfo
-    env: dict[str, object]
-    device: torch.device = field(init=False)
-    graphs: GraphCache | None = field(init=False, default=None)
-    _head: DraftHead | None = field(init=False, default=None)
-    _state: _ConfigState | None = field(init=False, default=None)
-    _compiled: dict[tuple, Callable] = field(init=False, default_factory=dict)
+    def __init__(self, info: DeviceInfo, env: Row):
+        self.info, self.env, self.device = info, env, torch.device(info.device)
+        self.graphs: GraphCache | None = None
+        self.compiled: dict[tuple, Callable] = {}
+        self.head: DraftHead | None = None
+        self.key: tuple | None = None  # the configuration the inputs and caches below are made for
+        self.inputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+        """Per cycle: accepted tokens, target hidden states, the extend's `select_index` (None: the last)."""
+        self.eager: dict[str, list[Traced]] = {}  # traced eager trees, by variant and REFERENCE
+        self.selectors: dict[str, tuple[Selector, bool]] = {}  # `_selector`'s, by variant
 
-    def __post_init__(self) -> None:
-        self.device = torch.device(self.info.device)
-
-    # ------------------------------------------------------------------------------------- per case
-
-    def run(self, case: DraftCase) -> dict[str, object]:
-        """Measure one case; always returns a row (status ok, skipped or error)."""
-        return run_case(self, case)
-
-    def identify(self, case: DraftCase) -> dict[str, object]:
-        return case_row(case, self.env)
+    def identify(self, case: DraftCase) -> Row:
+        """Every column, identifying ones filled, figures NaN."""
+        head, loop = case.head, case.loop
+        try:
+            variant: variants.Variant | None = variants.get(case.variant)
+        except (KeyError, variants.ExternalSelectorError):  # a skipped row, `skip_reason` says why
+            variant = None
+        # SGLang's argmax shortcut (topk_p = 1.0, an inexact selector) runs at topk 1 only
+        shortcut = variant and variant.accuracy == "inexact" and loop.topk > 1
+        unlike = f"not run by SGLang: an argmax shortcut (topk_p = 1.0) at topk {loop.topk} (topk 1 only)"
+        lengths = accept_lengths(loop, case.batch, case.sweep.cycles, case.sweep.seed)
+        columns = of_kind("draft")
+        row: Row = {**dict.fromkeys(columns, NAN), "status": "ok", "reason": ""}
+        row.update({k: v for k, v in self.env.items() if k in columns})
+        row.update({k: getattr(case, k) for k in ("scenario", "case_id", "variant", "path", "batch")})
+        row.update({k: getattr(head, k) for k in ("dtype", "vocab", "hidden", "layers", "logits")})
+        row.update({k: getattr(loop, k) for k in ("topk", "num_steps", "num_draft_tokens", "accept")})
+        row.update(
+            accuracy=variant.accuracy if variant else "",
+            upcast=upcast_name(loop),
+            accept_lengths="; ".join(" ".join(str(int(v)) for v in cycle) for cycle in lengths),
+            accept_mean=float(torch.cat(lengths).double().mean()),
+            selector_dtype=dtypes.dtype_name(case.selector_dtype),
+            tree_build=FAST_PATH if loop.fast_path else ORGANISATION,
+            engine_setting=loop.unlike_sglang() or (unlike if shortcut else "sglang"),
+            l2=case.timing.l2,
+            selections_per_cycle=loop.num_steps,  # one in draft extend, one per later draft forward
+        )
+        return row
 
     def release(self) -> None:
-        """The head, graphs and reference trees stay for the next case of the configuration (`close`)."""
+        """Nothing after each case: the head, graphs and reference trees stay for the next one (`close`)."""
 
     def skip_reason(self, case: DraftCase) -> str | None:
         """Why a case cannot run here, decided before anything is allocated."""
@@ -196,208 +141,153 @@ class DraftRunner:
         )
         if reason:
             return reason
-        handed = torch.float32 if loop.upcast else head.torch_dtype
-        if handed not in variant.dtypes:  # an external selector that declares other logits dtypes
+        if case.selector_dtype not in variant.dtypes:  # an external selector declaring other dtypes
             return (
-                f"the loop hands the selector {dtypes.dtype_name(handed)} logits (upcast = "
+                f"the loop hands the selector {dtypes.dtype_name(case.selector_dtype)} logits (upcast = "
                 f"{upcast_name(loop)}); it declares {dtype_names(variant.dtypes)}"
             )
         if self.device.type == "cpu" and case.variant.startswith("triton") and kernels.interpreting():
             return "Triton under TRITON_INTERPRET=1 is for correctness checks only: too slow for a draft loop"
         return memory.fits(_bytes_needed(case), self.device)
 
-    def measure(self, case: DraftCase) -> dict[str, object]:
-        state = self._config(case)
-        select, copied = self._selector(case, state, case.variant)
-        loop = DraftLoop(self._head_for(case.head), select, case.loop)
-        run_tree, call, body = self._path_calls(case, loop, state)
+    def measure(self, case: DraftCase) -> Row:
+        self._configure(case)
+        select, copied = self._selector(case, case.variant)
+        run_tree, call, body = self._path_calls(case, DraftLoop(self.head, select, case.loop))
         if case.path == "eager":  # the traced eager run (parity) is this path's run
-            trees = [t.tree for t in self._traced(case, state, case.variant)]
+            trees = [t.tree for t in self._traced(case, case.variant)]
         else:
-            trees = [run_tree(*each) for each in state.inputs]
-        out: dict[str, object] = {
-            "trees": len(trees) * case.batch,
-            "status": "ok",
-            "reason": "",
-            "outputs_copied": copied,
-        }
-        out.update(self._parity(case, state, trees))
-        out.update(self._timing(case, state, call, body))
+            trees = [run_tree(*each) for each in self.inputs]
+        out: Row = {"trees": len(trees) * case.batch, "outputs_copied": copied}
+        out.update(self._parity(case, trees))
+        out.update(self._timing(case, call, body))
         if case.sweep.kernels:
             counted = count_kernels(call, self.device)
-            out.update(
-                kernels_per_cycle=counted.kernels,
-                launches_per_cycle=counted.launches,
-                kernels_unit=counted.unit,
-            )
-        if case.path == "graph" and self.graphs is not None:
-            out["graphs_cached"] = len(self.graphs)
+            out.update(zip(("kernels_per_cycle", "launches_per_cycle", "kernels_unit"), counted, strict=True))
+        if case.path == "graph":
+            out["graphs_cached"] = len(self._graph_cache(case).graphs)
         return out
-
-    # -------------------------------------------------------------------------------------- paths
 
     def _path_calls(
-        self, case: DraftCase, loop: DraftLoop, state: _ConfigState
-    ) -> tuple[Callable[..., DraftTree], Callable[[], object], Callable | None]:
-        """(run one cycle on given inputs -> tree, a zero-argument timed cycle, graph body or None)."""
-        tokens, hidden, index = state.inputs[0]
-        if case.path == "eager":
-            return loop.cycle, lambda: loop.cycle_tuple(tokens, hidden, index), None
-        if case.path == "compile":
-            fn = self._compiled_cycle(case, loop)
-            fn(tokens, hidden, index)  # compile outside any timing
-
-            def run_compiled(t: torch.Tensor, h: torch.Tensor, i: torch.Tensor | None) -> DraftTree:
-                return DraftTree(*fn(t, h, i))
-
-            return run_compiled, lambda: fn(tokens, hidden, index), None
+        self, case: DraftCase, loop: DraftLoop
+    ) -> tuple[Callable[..., DraftTree], Call, Call | None]:
+        """(one cycle on given inputs -> tree, the timed zero-argument cycle, the graph body or None)."""
+        first = self.inputs[0]
         if case.path == "graph":
-            reason = execution.unavailable("graph", self.device)
-            if reason:
-                raise execution.GraphCaptureError(reason)
-            graph = self._graph_cache(case).get(
-                loop, case.batch, (case.head, case.loop, case.variant), case.case_id
-            )
-            graph.load(tokens, hidden, index)
-            return graph, graph.replay, graph_body(graph, loop)
-        raise ValueError(f"unknown path {case.path!r}; known: {', '.join(execution.PATHS)}")
+            key = (case.head, case.loop, case.variant)
+            graph = self._graph_cache(case).get(loop, case.batch, key, case.case_id)
+            graph.load(*first)
+            return graph, graph.replay, graph.body
+        if case.path == "compile":
+            if (case.config_key, case.variant) not in self.compiled:
+                execution.set_compile_limits()
+                self.compiled[case.config_key, case.variant] = torch.compile(loop.cycle_tuple, dynamic=False)
+            compiled = self.compiled[case.config_key, case.variant]
+            compiled(*first)  # compile outside any timing
+            return lambda *each: DraftTree(*compiled(*each)), lambda: compiled(*first), None
+        return loop.cycle, lambda: loop.cycle_tuple(*first), None
 
     def _graph_cache(self, case: DraftCase) -> GraphCache:
-        """The graph cache, holding at least two graphs (a case's and its no-op twin's)."""
-        cap = max(2, case.sweep.max_graphs)
-        if self.graphs is None or self.graphs.max_graphs != cap:
+        """The graph cache, holding the sweep's `max_graphs` (at least a case's and its no-op twin's)."""
+        if self.graphs is None or self.graphs.max_graphs != case.sweep.max_graphs:
             if self.graphs is not None:
                 self.graphs.clear()
-            self.graphs = GraphCache(self.device, cap)
+            self.graphs = GraphCache(self.device, case.sweep.max_graphs)
         return self.graphs
 
-    def _compiled_cycle(self, case: DraftCase, loop: DraftLoop) -> Callable:
-        key = (case.config_key, case.variant)
-        if key not in self._compiled:
-            execution.set_compile_limits()
-            self._compiled[key] = torch.compile(loop.cycle_tuple, dynamic=False)
-        return self._compiled[key]
-
-    # -------------------------------------------------------------------------------------- figures
-
-    def _parity(self, case: DraftCase, state: _ConfigState, trees: list[DraftTree]) -> dict[str, object]:
+    def _parity(self, case: DraftCase, trees: list[DraftTree]) -> Row:
         """Consumer figures of the case's trees against full_softmax's, the float64 selection's and (graph,
         compile) eager's; the tie / precision split from the eager runs (logit values traced)."""
-        own = self._traced(case, state, case.variant)
-        base = self._traced(case, state, variants.BASELINE)
-        ref = state.ref = state.ref or self._run_eager(case, state, reference_select)
-        base_trees, ref_trees = [t.tree for t in base], [t.tree for t in ref]
-        out: dict[str, object] = {}
-        out.update(consumer.compare(trees, base_trees, "base"))
-        out.update(consumer.split(own, base, case.loop, "base"))
-        out.update(consumer.compare(trees, ref_trees, "ref"))
-        out.update(consumer.split(own, ref, case.loop, "ref"))
-        out["step0_diff_base"] = consumer.first_step_differs(trees, base_trees, case.loop.topk)
-        out["orphan_trees"] = consumer.orphan_share(trees, case.loop.topk)
+        own, base = self._traced(case, case.variant), self._traced(case, variants.BASELINE)
+        ref = self._traced(case, REFERENCE, reference_select)
+        base_trees = [t.tree for t in base]
+        out: Row = {
+            **consumer.compare(trees, base_trees, "base"),
+            **consumer.split(own, base, case.loop, "base"),
+            **consumer.compare(trees, [t.tree for t in ref], "ref"),
+            **consumer.split(own, ref, case.loop, "ref"),
+            "step0_diff_base": consumer.first_step_differs(trees, base_trees, case.loop.topk),
+            "orphan_trees": consumer.orphan_share(trees, case.loop.topk),
+        }
         if case.path != "eager":
             eager = [t.tree for t in own]
-            out.update(consumer.compare(trees, eager, "eager"))
-            out["bitexact_eager"] = consumer.identical(trees, eager)
-        out["consumer_vs_base"] = _consumer_verdict(out)
+            out.update(
+                consumer.compare(trees, eager, "eager"), bitexact_eager=consumer.identical(trees, eager)
+            )
+        out["consumer_vs_base"] = _consumer_verdict(out["tok_diff_base"], out["score_relerr_base"])
         return out
 
-    def _traced(self, case: DraftCase, state: _ConfigState, name: str) -> list[Traced]:
-        """Eager traced trees of variant `name` for this configuration (cached)."""
-        if name not in state.eager:
-            state.eager[name] = self._run_eager(case, state, self._selector(case, state, name)[0])
-        return state.eager[name]
+    def _traced(self, case: DraftCase, name: str, select: Selector | None = None) -> list[Traced]:
+        """Eager traced trees of variant `name` (or of `select`) for this configuration, cached."""
+        if name not in self.eager:
+            loop = DraftLoop(self.head, select or self._selector(case, name)[0], case.loop)
+            self.eager[name] = [loop.cycle_traced(*each) for each in self.inputs]
+        return self.eager[name]
 
-    def _run_eager(self, case: DraftCase, state: _ConfigState, select: Selector) -> list[Traced]:
-        loop = DraftLoop(self._head_for(case.head), select, case.loop)
-        return [loop.cycle_traced(*each) for each in state.inputs]
-
-    def _selector(self, case: DraftCase, state: _ConfigState, name: str) -> tuple[Selector, bool]:
-        """Variant `name`'s selection for the loop, and whether its outputs are copied: a selector that
-        hands back the same output buffers on two calls (preallocated outputs, as graph-captured engines
-        call them) would overwrite the previous step's `topk_p`/`topk_index`, which the tree still holds,
-        so the loop copies them after each selection (as an engine must; the copies are timed)."""
-        if name not in state.selectors:
+    def _selector(self, case: DraftCase, name: str) -> tuple[Selector, bool]:
+        """Variant `name`'s selection for the loop, and whether its outputs are copied: a selector handing
+        back the same buffers call after call (preallocated outputs) would overwrite the previous step's
+        outputs, which the tree still holds, so the loop copies them, as an engine must (copies timed)."""
+        if name not in self.selectors:
             select = variants.get(name).select
             reused = _reuses_outputs(select, case, self.device)
-            state.selectors[name] = (_owned(select) if reused else select, reused)
-        return state.selectors[name]
 
-    def _timing(
-        self, case: DraftCase, state: _ConfigState, call: Callable[[], object], body: Callable | None
-    ) -> dict[str, object]:
-        noop = self._noop_call(case, state) if case.sweep.selection_share else None
+            def owned(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                topk_p, topk_index = select(logits, k)
+                return topk_p.clone(), topk_index.clone()
+
+            self.selectors[name] = (owned if reused else select, reused)
+        return self.selectors[name]
+
+    def _timing(self, case: DraftCase, call: Call, body: Call | None) -> Row:
+        noop = self._noop_call(case) if case.sweep.selection_share else None
         samplers = [cycle_sampler(c, self.info, case.timing) for c in (call, noop) if c is not None]
         samples, *paired = timing.measure_in_turn(samplers, case.timing)  # the no-op cycle in turn
-        out: dict[str, object] = {
-            "cycle_median_us": samples.median_us,
-            "cycle_p20_us": samples.p20_us,
-            "cycle_p80_us": samples.p80_us,
-            "samples": len(samples.seconds),
-            "timing": samples.method,
-        }
+        out = {**_quantiles("cycle", samples), "samples": len(samples.seconds), "timing": samples.method}
         if paired:
-            noop_samples = paired[0]
-            selection = samples.median_us - noop_samples.median_us
-            out.update(
-                noop_median_us=noop_samples.median_us,
-                selection_us=selection,
-                selection_share=min(max(selection / samples.median_us, 0.0), 1.0),
-                selection_method=SELECTION_METHOD,
-            )
-        unroll = timing_unroll(case.timing.graph_unroll, self.info.backend, case.loop.num_steps)
-        sampler = device_sampler(call, body, self.info, case.timing, unroll)
+            noop, selection = paired[0].median_us, samples.median_us - paired[0].median_us
+            share = min(max(selection / samples.median_us, 0.0), 1.0)
+            out.update(noop_median_us=noop, selection_us=selection, selection_share=share)
+            out["selection_method"] = SELECTION_METHOD
+        sampler = device_sampler(call, body, self.info, case.timing, case.loop.num_steps)
         if sampler is not None:
             device = timing.measure(sampler, case.timing)
-            out.update(
-                device_median_us=device.median_us,
-                device_p20_us=device.p20_us,
-                device_p80_us=device.p80_us,
-                device_timing=device.method,
-            )
+            out.update(_quantiles("device", device), device_timing=device.method)
         return out
 
-    def _noop_call(self, case: DraftCase, state: _ConfigState) -> Callable[[], object]:
+    def _noop_call(self, case: DraftCase) -> Call:
         """The case's cycle on its path with a no-op selection. Fetched per case: on the graph path the
         cache then holds both graphs (the case's was used last, so the no-op's capture never evicts it)."""
-        loop = DraftLoop(self._head_for(case.head), constant_select, case.loop)
-        noop_case = DraftCase(
-            case.scenario, NOOP, case.path, case.head, case.batch, case.loop, case.sweep, case.timing
-        )
-        _, call, _ = self._path_calls(noop_case, loop, state)
+        loop = DraftLoop(self.head, constant_select, case.loop)
+        _, call, _ = self._path_calls(dataclasses.replace(case, variant=NOOP), loop)
         call()
         return call
 
-    # -------------------------------------------------------------------------------------- state
-
-    def _head_for(self, config: HeadConfig) -> DraftHead:
-        if self._head is None or self._head.config != config:
+    def _configure(self, case: DraftCase) -> None:
+        """The case's head, inputs and caches: those of the last case when its configuration is the same."""
+        if self.head is None or self.head.config != case.head:
             self._release()
-            self._head = DraftHead(config, self.device)
-        return self._head
-
-    def _config(self, case: DraftCase) -> _ConfigState:
-        if self._state is None or self._state.key != case.config_key:
-            head = self._head_for(case.head)
-            self._state = None
-            count = case.sweep.cycles
-            seed, length = case.sweep.seed, case.loop.extend_tokens
-            pairs = inputs_for(head.config, case.batch, length, count, self.device, seed)
-            if case.loop.accept == "all":  # the last position: no index, today's cycle as it was
-                indices: list[torch.Tensor | None] = [None] * count
-            else:  # precomputed on the device, outside the timed cycle (no host sync inside it)
-                lengths = accept_lengths(case.loop, case.batch, count, seed)
-                indices = [extend_index(n, length).to(self.device) for n in lengths]
-            triples = [(t, h, i) for (t, h), i in zip(pairs, indices, strict=True)]
-            self._state = _ConfigState(case.config_key, triples)
-        return self._state
+            self.head = DraftHead(case.head, self.device)
+        if self.key == case.config_key:
+            return
+        self.inputs, self.eager, self.selectors = [], {}, {}  # the old inputs go before the new ones are made
+        count, seed, length = case.sweep.cycles, case.sweep.seed, case.loop.extend_tokens
+        pairs = inputs_for(case.head, case.batch, length, count, self.device, seed)
+        indices: list[torch.Tensor | None] = [None] * count  # accept all: the last position, no index
+        if case.loop.accept != "all":  # on the device, made outside the timed cycle (no host sync in it)
+            lengths = accept_lengths(case.loop, case.batch, count, seed)
+            indices = [extend_index(n, length).to(self.device) for n in lengths]
+        self.inputs = [(t, h, i) for (t, h), i in zip(pairs, indices, strict=True)]
+        self.key = case.config_key
 
     def _release(self) -> None:
-        """Drop the head and everything built on it (graphs, compiled cycles, cached trees)."""
-        self._head = self._state = None
+        """Drop the head and everything built on it (graphs, compiled cycles, inputs, cached trees)."""
+        self.head = self.key = None
+        self.inputs, self.eager, self.selectors = [], {}, {}
         if self.graphs is not None:
             self.graphs.clear()
-        if self._compiled:
-            self._compiled.clear()
+        if self.compiled:
+            self.compiled.clear()
             torch._dynamo.reset()
 
     def close(self) -> None:
@@ -407,41 +297,23 @@ class DraftRunner:
             torch.cuda.empty_cache()
 
 
-def _variant(name: str) -> variants.Variant | None:
-    """The variant called `name` (built-in or external), or None when it cannot be resolved."""
-    try:
-        return variants.get(name)
-    except (KeyError, variants.ExternalSelectorError):
-        return None
+def _quantiles(prefix: str, samples: timing.Samples) -> dict[str, float]:
+    return {f"{prefix}_{q}_us": getattr(samples, f"{q}_us") for q in ("median", "p20", "p80")}
 
 
 def _reuses_outputs(select: Selector, case: DraftCase, device: torch.device) -> bool:
     """Whether two calls of `select` on the decode steps' shape return the same output storage."""
-    rows, head = case.batch * case.loop.topk, case.head
-    dtype = torch.float32 if case.loop.upcast else head.torch_dtype
-    logits = torch.zeros((rows, head.vocab), dtype=dtype, device=device)
-    first = select(logits, case.loop.topk)
+    rows, k = case.batch * case.loop.topk, case.loop.topk
+    logits = torch.zeros((rows, case.head.vocab), dtype=case.selector_dtype, device=device)
+    first = select(logits, k)  # held through the second call: its memory cannot be handed out again
     pointers = {t.untyped_storage().data_ptr() for t in first}
-    second = select(logits, case.loop.topk)
-    return any(t.untyped_storage().data_ptr() in pointers for t in second)
+    return any(t.untyped_storage().data_ptr() in pointers for t in select(logits, k))
 
 
-def _owned(select: Selector) -> Selector:
-    """`select` with its outputs copied into tensors of the loop's own."""
-
-    def owned(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        topk_p, topk_index = select(logits, k)
-        return topk_p.clone(), topk_index.clone()
-
-    return owned
-
-
-def _consumer_verdict(figures: dict[str, object]) -> str:
-    """One word on the figures against full_softmax: scores count as changed beyond rounding when their
-    relative difference exceeds `SCORE_TOLERANCE`."""
-    tokens = figures.get("tok_diff_base", NAN)
-    scores = figures.get("score_relerr_base", NAN)
-    if not isinstance(tokens, float) or math.isnan(tokens):
+def _consumer_verdict(tokens: float, scores: float) -> str:
+    """One word on the figures against full_softmax (the share of trees whose tokens differ, the largest
+    relative score difference): scores beyond `SCORE_TOLERANCE` count as changed beyond rounding."""
+    if math.isnan(tokens):
         return "n/a"
     if tokens > 0:
         return "tokens differ"
@@ -451,11 +323,97 @@ def _consumer_verdict(figures: dict[str, object]) -> str:
 
 
 def _bytes_needed(case: DraftCase) -> int:
-    """Device memory a case plans to use: weights, the widest logits with their temporaries, float64
-    reference probabilities, and a graph's static buffers."""
-    head, loop = case.head, case.loop
-    size = head.torch_dtype.itemsize
+    """Device memory a case plans to use: weights, the widest logits with their temporaries (fp32) and
+    float64 reference probabilities."""
+    head, size = case.head, case.head.torch_dtype.itemsize
     weights = (2 * head.vocab * head.hidden + (2 + 4 * head.layers) * head.hidden**2) * size
-    rows = case.batch * loop.topk
-    logits = rows * head.vocab * (size + 4 + 4 + 2 * 8)  # logits, fp32 temporaries, float64 reference
-    return weights + logits
+    return weights + case.batch * case.loop.topk * head.vocab * (size + 4 + 4 + 2 * 8)
+
+
+# ------------------------------------------------------------------------ how a cycle is timed and counted
+
+
+class LaunchBoundSampler(timing.Sampler):
+    """GPU: device events around one call that starts on an idle device, launches issued live."""
+
+    method = "device events, idle start (launches paid)"
+
+    def __init__(self, call: Call, flush: Callable[[], None] | None, device: torch.device):
+        super().__init__(call, flush)
+        self.device = device
+        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def sample(self) -> float:
+        if self.flush:
+            self.flush()
+        torch.cuda.synchronize(self.device)
+        self.start.record()
+        self.call()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e-3
+
+
+def _flusher(info: DeviceInfo, settings: Timing) -> Callable[[], None] | None:
+    return timing.cache_flusher(info) if settings.l2 == "cold" else None
+
+
+def cycle_sampler(call: Call, info: DeviceInfo, settings: Timing) -> timing.Sampler:
+    """The engine-view sampler of one cycle (`call`: an eager or compiled cycle, or a graph replay)."""
+    if not info.is_gpu:
+        return timing.host_sampler(call, _flusher(info, settings))
+    return LaunchBoundSampler(call, _flusher(info, settings), torch.device(info.device))
+
+
+def timing_unroll(requested: int, backend: str, num_steps: int) -> int:
+    """Cycles captured per timing graph: `requested`, capped so that cycles x steps stays within the
+    backend's `GRAPH_UNROLL_CAP` (long unrolled graphs have crashed on ROCm); at least one."""
+    return max(1, min(requested, GRAPH_UNROLL_CAP.get(backend, 1) // max(num_steps, 1)))
+
+
+def device_sampler(
+    call: Call, body: Call | None, info: DeviceInfo, settings: Timing, num_steps: int
+) -> timing.Sampler | None:
+    """The device-time sampler (GPU only): events with queued launches, or, given the graph path's
+    `body`, replays of `timing_unroll` captured copies of it."""
+    if not info.is_gpu:
+        return None
+    if body is None:
+        return timing.EventSampler(call, _flusher(info, settings))
+    unroll = timing_unroll(settings.graph_unroll, info.backend, num_steps)
+    return timing.GraphSampler(body, _flusher(info, settings), torch.device(info.device), unroll)
+
+
+class KernelCount(NamedTuple):
+    """Per-cycle counts and what was counted."""
+
+    kernels: float
+    launches: float
+    unit: str
+
+
+def count_kernels(call: Call, device: torch.device, cycles: int = 2) -> KernelCount:
+    """Profile `cycles` calls of an already warmed-up `call` and return the counts per call."""
+    gpu = device.type == "cuda"
+    if gpu and simulated_gpu.active():  # ops that compute and Triton launches; a graph replay is one launch
+        before = simulated_gpu.kernel_counts()
+        for _ in range(cycles):
+            call()
+        kernels, launches = (b - a for a, b in zip(before, simulated_gpu.kernel_counts(), strict=True))
+        return KernelCount(kernels / cycles, launches / cycles, f"{GPU_UNIT} {simulated_gpu.LABEL}")
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if gpu else [ProfilerActivity.CPU]
+    synchronize(device)
+    with memory.native_stderr_silenced(), profile(activities=activities) as prof:
+        for _ in range(cycles):
+            call()
+        synchronize(device)
+    if not gpu:
+        aten = [e for e in prof.events() if e.name.startswith("aten::")]
+        top_level = sum(e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::") for e in aten)
+        return KernelCount(top_level / cycles, float("nan"), CPU_UNIT)
+    device_types = (torch.autograd.DeviceType.CUDA, getattr(torch.autograd.DeviceType, "HIP", None))
+    events = list(prof.profiler.kineto_results.events())
+    kernels = sum(e.device_type() in device_types for e in events)
+    host = torch.autograd.DeviceType.CPU
+    launches = sum(e.device_type() == host and bool(LAUNCH_CALL.search(e.name())) for e in events)
+    return KernelCount(kernels / cycles, launches / cycles, GPU_UNIT)

@@ -1,44 +1,13 @@
-"""The `[draft]` table of a scenario file (or several `[[draft]]` tables): validation and expansion.
+"""The `[draft]` table of a scenario file (or `[[draft]]` tables): validation and expansion into cases.
 
-    [draft]
-    variants = ["full_softmax", "argmax_ones", "identity"]
-    paths = ["eager", "graph"]          # eager | graph | compile
-    dtypes = ["bfloat16", "float32"]    # float32 | float16 | bfloat16 (fp32, fp16, bf16)
-    vocab = [32000]
-    hidden = [256]                      # draft head hidden size
-    layers = 1                          # residual MLP layers of the head (1..4)
-    batch = [1, 8]
-    topk = [1, 4]
-    num_steps = [3]
-    num_draft_tokens = ["auto"]         # auto: num_steps * topk + 1, capped by the tree's positions
-                                        # (topk 1: num_steps + 1, SGLang's; any other value at topk 1 runs
-                                        # the organisation and is labelled "not run by SGLang")
-    upcast = ["fp32"]                   # the logits the selector gets: fp32 (SGLang's logits processor,
-                                        # default) | none (the head's dtype: an engine without upcast)
-    logits = ["head", "near_ties"]      # the head's logits behaviour (perfsuite.cases.draft.head)
-    accept = ["geometric:0.8"]          # where the extend selects: each sequence's last accepted token,
-                                        # accept lengths drawn per sequence and cycle, seeded:
-                                        # geometric:P (each drafted token accepted with probability P;
-                                        # default 0.8) | uniform (1..num_steps + 1) | all (every extend
-                                        # token: the last of the num_draft_tokens positions)
-    cycles = 8                          # distinct inputs per case for the consumer parity figures
-    seed = 0
-    max_graphs = 8                      # captured draft graphs kept at once (graph path; >= 2: a case's
-                                        # graph and its no-op twin)
-    kernels = true                      # count kernels (GPU) or aten ops (CPU) per cycle
-    selection_share = true              # also time the cycle with the selection replaced by a no-op
-
-`variants` also takes external selectors (`package.module:function` or a `perfsuite.selectors` entry
-point, `perfsuite.variants.get`), loaded while the file is checked: one that cannot load is one line.
-Every key takes one value or a list (sweep keys) and is checked here; a problem is one `ScenarioError`
-naming the file, the key and what is allowed.
+Its keys: docs/draft-loop.md. A problem is one `ScenarioError` naming the file, the key and what is allowed.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -49,20 +18,6 @@ from perfsuite.core import dtypes
 from perfsuite.core.settings import Timing
 from perfsuite.measure.execution import PATHS
 from perfsuite.scenario import validate
-
-
-class ScenarioLike(Protocol):
-    """What the draft tables read of a scenario (`perfsuite.scenario.load.Scenario`, whose loader calls
-    `parse_draft`: this module sits below it and names no type of it)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def source(self) -> str: ...
-    @property
-    def timing(self) -> Timing: ...
-    @property
-    def extra(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -87,6 +42,13 @@ class DraftSweep:
     max_graphs: int = 8
     kernels: bool = True
     selection_share: bool = True
+
+
+UPCASTS = {"fp32": True, "none": False}  # the selector gets fp32 logits (SGLang's) or the head's dtype
+
+
+def upcast_name(loop: LoopConfig) -> str:
+    return "fp32" if loop.upcast else "none"
 
 
 @dataclass(frozen=True)
@@ -116,13 +78,10 @@ class DraftCase:
         """Cases with the same key share a head, inputs and reference trees."""
         return (self.head, self.batch, self.loop)
 
-
-UPCASTS = {"fp32": True, "none": False}
-"""`upcast` values: the selector gets fp32 logits (SGLang's logits processor) or the head's dtype."""
-
-
-def upcast_name(loop: LoopConfig) -> str:
-    return "fp32" if loop.upcast else "none"
+    @property
+    def selector_dtype(self) -> torch.dtype:
+        """The dtype of the logits the loop hands the selector."""
+        return torch.float32 if self.loop.upcast else self.head.torch_dtype
 
 
 def _accept_rules(source: str, key: str, value: Any) -> tuple[str, ...]:
@@ -136,9 +95,7 @@ def _accept_rules(source: str, key: str, value: Any) -> tuple[str, ...]:
         raise validate.fail(source, key, str(exc)) from None
 
 
-# ---------------------------------------------------------------------------------------------- checks
-
-
+_BOOL = validate.scalar("true or false", lambda v: isinstance(v, bool))
 CHECKS: dict[str, validate.Check] = {
     "variants": validate.selectors(variants.names),
     "paths": validate.names(lambda: list(PATHS), "path"),
@@ -156,9 +113,22 @@ CHECKS: dict[str, validate.Check] = {
     "cycles": validate.scalar("an integer from 1 to 1000", lambda v: validate.is_int(v) and 1 <= v <= 1000),
     "seed": validate.scalar("an integer >= 0", lambda v: validate.is_int(v) and v >= 0),
     "max_graphs": validate.scalar("an integer from 2 to 256", lambda v: validate.is_int(v) and 2 <= v <= 256),
-    "kernels": validate.scalar("true or false", lambda v: isinstance(v, bool)),
-    "selection_share": validate.scalar("true or false", lambda v: isinstance(v, bool)),
+    "kernels": _BOOL,
+    "selection_share": _BOOL,
 }
+GRID = (
+    "dtypes",
+    "vocab",
+    "hidden",
+    "logits",
+    "batch",
+    "topk",
+    "num_steps",
+    "num_draft_tokens",
+    "upcast",
+    "accept",
+)
+"""The sweep keys crossed, then `variants` and `paths`, in the order cases are made."""
 
 
 def _sweep(source: str, where: str, raw: Any) -> DraftSweep:
@@ -170,62 +140,39 @@ def _sweep(source: str, where: str, raw: Any) -> DraftSweep:
 
 def parse_draft(raw: Any, source: str) -> tuple[DraftSweep, ...]:
     """Validate a raw `[draft]` table or `[[draft]]` array of tables; `ScenarioError` on any problem."""
-    if isinstance(raw, list):
-        if not raw:
-            raise validate.fail(source, "[[draft]]", "expected at least one table")
-        return tuple(_sweep(source, f"[draft#{i + 1}]", table) for i, table in enumerate(raw))
-    return (_sweep(source, "[draft]", raw),)
+    if not isinstance(raw, list):
+        return (_sweep(source, "[draft]", raw),)
+    if not raw:
+        raise validate.fail(source, "[[draft]]", "expected at least one table")
+    return tuple(_sweep(source, f"[draft#{i + 1}]", table) for i, table in enumerate(raw))
 
 
-def draft_sweeps(scenario: ScenarioLike) -> tuple[DraftSweep, ...]:
-    """The scenario's draft sweeps (none when it has no `[draft]` table)."""
+def draft_sweeps(scenario: Any) -> tuple[DraftSweep, ...]:
+    """The draft sweeps of a scenario (`scenario.load.Scenario`: its loader reads the kinds' tables, so this
+    module names no type of it); none without a `[draft]` table."""
     raw = scenario.extra.get("draft")
     return () if raw is None else parse_draft(raw, scenario.source)
 
 
-def draft_tokens_for(value: int | str, topk: int, num_steps: int) -> int:
-    """`num_draft_tokens`, resolving 'auto' to `num_steps * topk + 1` capped by the scored positions."""
-    if value != "auto":
-        return int(value)
-    return min(num_steps * topk, LoopConfig(topk, num_steps, 2).candidates) + 1
-
-
-def expand_draft(scenario: ScenarioLike) -> list[DraftCase]:
+def expand_draft(scenario: Any) -> list[DraftCase]:
     """All draft cases, ordered so that cases sharing a head and inputs run back to back."""
     cases: dict[str, DraftCase] = {}
     for sweep in draft_sweeps(scenario):
-        grid = itertools.product(
-            sweep.dtypes,
-            sweep.vocab,
-            sweep.hidden,
-            sweep.logits,
-            sweep.batch,
-            sweep.topk,
-            sweep.num_steps,
-            sweep.num_draft_tokens,
-            sweep.upcast,
-            sweep.accept,
-            sweep.variants,
-            sweep.paths,
-        )
+        grid = itertools.product(*(getattr(sweep, key) for key in (*GRID, "variants", "paths")))
         for dtype, vocab, hidden, logits, batch, topk, steps, ndt, upcast, accept, variant, path in grid:
             head = HeadConfig(vocab, hidden, dtype, sweep.layers, logits, sweep.seed)
             # fp32 heads: the upcast is a no-op, so "none" is the same case as "fp32"
             upcast_on = UPCASTS[upcast] or head.torch_dtype == torch.float32
-            loop = LoopConfig(topk, steps, draft_tokens_for(ndt, topk, steps), upcast_on, accept)
+            if ndt == "auto":  # num_steps * topk + 1, capped by the scored positions
+                ndt = min(steps * topk, LoopConfig(topk, steps, 2).candidates) + 1
+            loop = LoopConfig(topk, steps, ndt, upcast_on, accept)
             case = DraftCase(scenario.name, variant, path, head, batch, loop, sweep, scenario.timing)
             cases.setdefault(case.case_id, case)
-    path_rank = {p: i for i, p in enumerate(PATHS)}
-    return sorted(
-        cases.values(),
-        key=lambda c: (_head_key(c.head), c.batch, _loop_key(c.loop), path_rank[c.path]),
-    )
 
+    def order(case: DraftCase) -> tuple:
+        h, c = case.head, case.loop
+        shape = (h.dtype, h.vocab, h.hidden, h.logits, h.layers, h.seed, case.batch, not c.upcast, c.topk)
+        accept = (c.accept != DEFAULT_ACCEPT, c.accept)
+        return (*shape, c.num_steps, c.num_draft_tokens, *accept, PATHS.index(case.path))
 
-def _head_key(head: HeadConfig) -> tuple:
-    return (head.dtype, head.vocab, head.hidden, head.logits, head.layers, head.seed)
-
-
-def _loop_key(loop: LoopConfig) -> tuple:
-    default = loop.accept == DEFAULT_ACCEPT
-    return (not loop.upcast, loop.topk, loop.num_steps, loop.num_draft_tokens, not default, loop.accept)
+    return sorted(cases.values(), key=order)

@@ -1,23 +1,8 @@
-"""A tiny EAGLE-style draft head: token embedding, one or two layers, an LM head over the full vocabulary.
+"""A tiny EAGLE-style draft head: token embedding, residual MLP layers, an LM head over the full vocabulary.
 
-One step maps the chosen token and its parent's hidden state to a new hidden state,
-`h' = norm(x + mlp(norm(x)))` with `x = [embed(token), h] @ fc` (EAGLE feeds the token embedding and the
-previous hidden state the same way); `logits(h) = h @ lm_head.T`. There is no attention: every draft
-position depends only on its parent, which is all the draft loop's selection logic needs. Weights are
-drawn from a seed on the target device (deterministic per device type) and cast to the head's dtype.
-
-Logits behaviour (`HeadConfig.logits`):
-- `head`: i.i.d. LM-head rows, logits of standard deviation 2.5 (a flat, uncertain draft head).
-- `near_ties`: LM-head rows in twin pairs `w[2j + 1] = w[2j] + eps_j * noise`, with `eps_j` log-uniform
-  over 10^-3.5..10^-1.5, and logits of standard deviation 0.1, so the top logits sit near 0.35, where the
-  bf16 and fp16 logit grids are fine compared with the probability grid: the twin of a top token is then
-  a few ulps away, and `softmax` in bf16/fp16 rounds some of these pairs to one probability (about one
-  selection in ten at V 4096 picks another token than the logits' argmax) when the selector gets the
-  head's bf16/fp16 logits; SGLang upcasts them to fp32 first, where the pairs stay apart. An adversarial
-  head, not a model of a real one.
-- `ties`: `head` with LM-head rows in exact twin pairs `w[2j + 1] = w[2j]`: every token has a twin of the
-  same logit, so a top-k with k > 1 holds equal logits whose order is the selector's tie rule (lowest
-  index, or torch's order): the tie-order side of the draft parity split.
+A step maps a token and its parent's hidden state to `norm(x + mlp(norm(x)))`, `x = [embed(token), h] @ fc`
+(no attention: a position depends only on its parent). Weights come from a seed on the target device; the
+logits behaviours (`HEAD_LOGITS`: head, near_ties, ties) are described in docs/draft-loop.md.
 """
 
 from __future__ import annotations
@@ -60,49 +45,28 @@ class DraftHead:
     def __init__(self, config: HeadConfig, device: torch.device | str = "cpu"):
         if config.logits not in HEAD_LOGITS:
             raise ValueError(f"unknown logits behaviour {config.logits!r}; known: {', '.join(HEAD_LOGITS)}")
-        self.config = config
-        self.device = torch.device(device)
-        gen = torch.Generator(device=self.device).manual_seed(config.seed)
-        v, h = config.vocab, config.hidden
+        self.config, device = config, torch.device(device)
+        gen = torch.Generator(device=device).manual_seed(config.seed)
+        v, h, dtype = config.vocab, config.hidden, config.torch_dtype
 
         def normal(*shape: int, std: float) -> torch.Tensor:
-            return torch.randn(shape, generator=gen, device=self.device) * std
+            return torch.randn(shape, generator=gen, device=device) * std
 
-        self.embed = normal(v, h, std=1.0)
-        self.fc = normal(2 * h, h, std=(2 * h) ** -0.5)
-        self.mlps = [
+        embed, fc = normal(v, h, std=1.0), normal(2 * h, h, std=(2 * h) ** -0.5)
+        mlps = [
             (normal(h, 2 * h, std=h**-0.5), normal(2 * h, h, std=0.5 * (2 * h) ** -0.5))
             for _ in range(config.layers)
         ]
-        self.lm_head = normal(v, h, std=LOGIT_STD[config.logits] * h**-0.5)
+        lm_head = normal(v, h, std=LOGIT_STD[config.logits] * h**-0.5)
+        base, twins = lm_head[0 : v // 2 * 2 : 2], slice(1, v // 2 * 2, 2)
         if config.logits == "near_ties":
-            self._make_twins(gen)
+            low, high = TWIN_EPS_LOG10
+            eps = 10 ** (low + (high - low) * torch.rand(v // 2, 1, generator=gen, device=device))
+            lm_head[twins] = base + eps * (torch.randn(base.shape, generator=gen, device=device) * base.std())
         elif config.logits == "ties":
-            pairs = config.vocab // 2
-            self.lm_head[1 : 2 * pairs : 2] = self.lm_head[0 : 2 * pairs : 2]
-        dtype = config.torch_dtype
-        self.embed, self.fc, self.lm_head = (t.to(dtype) for t in (self.embed, self.fc, self.lm_head))
-        self.mlps = [(up.to(dtype), down.to(dtype)) for up, down in self.mlps]
-
-    def _make_twins(self, gen: torch.Generator) -> None:
-        pairs = self.config.vocab // 2
-        low, high = TWIN_EPS_LOG10
-        eps = 10 ** (low + (high - low) * torch.rand(pairs, 1, generator=gen, device=self.device))
-        base = self.lm_head[0 : 2 * pairs : 2]
-        noise = torch.randn(base.shape, generator=gen, device=self.device) * base.std()
-        self.lm_head[1 : 2 * pairs : 2] = base + eps * noise
-
-    @property
-    def hidden(self) -> int:
-        return self.config.hidden
-
-    @property
-    def vocab(self) -> int:
-        return self.config.vocab
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.config.torch_dtype
+            lm_head[twins] = base
+        self.embed, self.fc, self.lm_head = (t.to(dtype) for t in (embed, fc, lm_head))
+        self.mlps = [(up.to(dtype), down.to(dtype)) for up, down in mlps]
 
     def step(self, tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """One draft forward: tokens `[N]` and their parents' hidden states `[N, H]` -> hidden `[N, H]`."""
@@ -115,17 +79,12 @@ class DraftHead:
         """Logits over the full vocabulary `[N, V]`, in the head's dtype."""
         return hidden @ self.lm_head.T
 
-    def weight_bytes(self) -> int:
-        tensors = [self.embed, self.fc, self.lm_head, *(t for pair in self.mlps for t in pair)]
-        return sum(t.numel() * t.element_size() for t in tensors)
-
 
 def inputs_for(
     config: HeadConfig, batch: int, length: int, count: int, device: torch.device | str, seed: int = 0
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`count` draft-extend inputs: accepted tokens `[B, L]` and the target's hidden states `[B, L, H]`."""
-    device = torch.device(device)
-    gen = torch.Generator(device=device).manual_seed(seed + 1_000_003)
+    gen = torch.Generator(device=torch.device(device)).manual_seed(seed + 1_000_003)
     out = []
     for _ in range(count):
         tokens = torch.randint(0, config.vocab, (batch, length), generator=gen, device=device)

@@ -1,38 +1,17 @@
-"""The draft cycle as SGLang's EAGLE worker runs it: draft extend, then a multi-step tree draft decode.
+"""The draft cycle as SGLang's EAGLE worker runs it (docs/draft-loop.md): draft extend, selected at each
+sequence's last accepted token; `num_steps` tree decode steps; the tree handed to the verifier (SGLang's
+organisation, or its topk-1 fast path). The selection is any `Selector`; the candidate choice and the
+organisation use torch.max/topk, as engines do. No host syncs: a cycle captures into one graph.
 
-A cycle (one per verification round) is
-1. draft extend over `num_draft_tokens` tokens per sequence (SGLang pads the accepted tokens to the
-   verified tree's length): the head runs over them with the target's hidden states, and the logits at
-   each sequence's last accepted token (position `accept_len[b] - 1`, gathered with a precomputed device
-   index, SGLang's `select_index`; without one, the last position: every token accepted) go through the
-   selector: step 0's `topk_p, topk_index`;
-2. draft decode, `num_steps` steps. Step 0 takes the extend's top-k as the first tree level. Each later
-   step runs the head on the `k` tokens chosen last (with their parents' hidden states), selects top-k
-   over the vocabulary for each of them, expands the path scores `scores[..., None] * topk_p` to `k * k`
-   candidates, keeps the best `k` with their parents and feeds those tokens back in;
-3. the tree handed to the verifier. topk > 1: SGLang's organisation, the best `num_draft_tokens - 1` of all
-   step scores, their positions sorted, the draft tokens gathered there, and the parent list of every tree
-   level but the last. topk 1 with `num_draft_tokens = num_steps + 1` (the only topk-1 setting SGLang runs:
-   it rewrites `num_draft_tokens` to that): the fast path, a chain whose positions and parents are constants
-   and whose draft tokens are every step's token, with no organisation step.
-
-The selector sees the logits as SGLang's logits processor hands them over: upcast to fp32
-(`LoopConfig.upcast`, the default); `upcast=False` hands it the head's bf16/fp16 logits, an engine without
-the upcast. The vocabulary selection is pluggable (`Selector`): any `perfsuite.variants` entry. The `k * k`
-candidate selection and the tree organisation use `torch.max`/`torch.topk` on the scores, as engines do.
-Everything is written without host syncs, so a whole cycle can be captured into one CUDA/HIP graph.
-
-Accept lengths (`LoopConfig.accept`, `accept_lengths`): there is no target model, so how many tokens the
-verifier accepted is drawn per sequence and cycle from a stated rule, seeded, on the CPU (the same on every
-device): `all` (every extend token: the selection at the last of the `num_draft_tokens` positions),
-`uniform` (1 .. `max_accept`, equally likely) or `geometric:P` (each drafted token accepted with
-probability P when its parent was, the bonus token always: `1 + min(Geometric, max_accept - 1)`, mean
-`(1 - P**max_accept) / (1 - P)`), where `max_accept = min(num_steps + 1, num_draft_tokens)` is the deepest
-accepted path plus the bonus token. `DEFAULT_ACCEPT`, `geometric:0.8`, is the default of a `[draft]` table.
+Accept lengths: with no target model, each sequence's accept length per cycle is drawn from a stated rule,
+seeded, on the CPU (the same on every device): `all` (every extend token), `uniform` (1 .. `max_accept`)
+or `geometric:P` (each drafted token accepted with probability P when its parent was, the bonus token
+always: mean `(1 - P**max_accept) / (1 - P)`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -42,8 +21,6 @@ from perfsuite.cases.draft.head import DraftHead
 from perfsuite.variants.base import Selector
 from perfsuite.variants.ordering import topk_lowest_index
 
-ACCEPT_RULES = ("all", "uniform", "geometric:P")
-"""Accept-length rules: every extend token, uniform over 1..max_accept, geometric with acceptance P."""
 DEFAULT_ACCEPT = "geometric:0.8"
 """A `[draft]` table's default: each drafted token accepted with probability 0.8 (mean accept length
 2.95 of 4 at 3 steps), an assumed per-token acceptance, neither measured here nor taken from a cited
@@ -57,13 +34,12 @@ def parse_accept(rule: str) -> tuple[str, float | None]:
     if rule in ("all", "uniform"):
         return rule, None
     name, _, value = rule.partition(":")
-    if name == "geometric":
-        try:
-            p = float(value)
-        except ValueError:
-            p = float("nan")
-        if 0.0 <= p <= 1.0:
-            return name, p
+    try:
+        p = float(value) if name == "geometric" else math.nan
+    except ValueError:
+        p = math.nan
+    if 0.0 <= p <= 1.0:
+        return name, p
     raise ValueError(f"unknown accept rule {rule!r}; allowed: all, uniform, geometric:P (0 <= P <= 1)")
 
 
@@ -75,17 +51,14 @@ def accept_name(rule: str) -> str:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """The draft tree's shape."""
+    """The draft tree's shape, the logits the selector gets (`upcast`: fp32, SGLang's logits processor;
+    else the head's dtype) and the accept rule (canonical spelling; `all`: the last extend position)."""
 
     topk: int
     num_steps: int
     num_draft_tokens: int
     upcast: bool = True
-    """The logits reach the selector as fp32 (SGLang's logits processor: `logits[:, :vocab].float()`);
-    False: in the head's dtype (an engine without the upcast)."""
     accept: str = "all"
-    """The rule the accept lengths are drawn with (`ACCEPT_RULES`, canonical spelling): `all` selects
-    at the last extend position, as if every token were accepted."""
 
     @property
     def max_accept(self) -> int:
@@ -104,8 +77,7 @@ class LoopConfig:
 
     @property
     def extend_tokens(self) -> int:
-        """Tokens per sequence in the draft-extend pass: SGLang's, `num_draft_tokens` (the accepted tokens
-        padded to the verified tree's length)."""
+        """Tokens per sequence in the draft extend: `num_draft_tokens`, as SGLang pads them."""
         return self.num_draft_tokens
 
     @property
@@ -115,17 +87,12 @@ class LoopConfig:
 
     def unlike_sglang(self) -> str | None:
         """Why SGLang never runs this tree shape, or None when it does."""
-        if self.topk == 1 and self.num_draft_tokens != self.num_steps + 1:
+        if self.topk == 1 and not self.fast_path:
             return (
                 f"not run by SGLang: topk 1 with num_draft_tokens {self.num_draft_tokens} "
                 f"(SGLang sets num_steps + 1 = {self.num_steps + 1})"
             )
         return None
-
-    @property
-    def selections(self) -> int:
-        """Vocabulary selections per cycle: one in draft extend, one per draft forward."""
-        return self.num_steps
 
     def problem(self) -> str | None:
         """Why this tree cannot be organised, or None."""
@@ -139,8 +106,7 @@ class LoopConfig:
 
 def accept_lengths(config: LoopConfig, batch: int, count: int, seed: int = 0) -> list[torch.Tensor]:
     """`count` cycles' accept lengths, int64 `[batch]` on the CPU, drawn with `config.accept` from
-    `seed + ACCEPT_SEED_OFFSET` (a CPU generator: the same lengths on every device). `all`: every one
-    `num_draft_tokens` (today's selection at the last extend position)."""
+    `seed + ACCEPT_SEED_OFFSET`; `all`: every one `num_draft_tokens`."""
     name, p = parse_accept(config.accept)
     if name == "all":
         return [torch.full((batch,), config.extend_tokens, dtype=torch.int64) for _ in range(count)]
@@ -181,9 +147,7 @@ class Traced(NamedTuple):
 
 def fast_topk(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The engines' `fast_topk` over the last dimension: `max` for k == 1, else `topk`."""
-    if k == 1:
-        return torch.max(values, dim=-1, keepdim=True)
-    return torch.topk(values, k, dim=-1)
+    return torch.max(values, dim=-1, keepdim=True) if k == 1 else torch.topk(values, k, dim=-1)
 
 
 def reference_select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,8 +160,7 @@ def constant_select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     """A no-op selection of the same output shape (two fill kernels): the cycle without the selection."""
     rows = logits.shape[0]
     topk_p = torch.full((rows, k), 1.0 / k, dtype=torch.float32, device=logits.device)
-    topk_index = torch.arange(k, device=logits.device).expand(rows, k)
-    return topk_p, topk_index
+    return topk_p, torch.arange(k, device=logits.device).expand(rows, k)
 
 
 class DraftLoop:
@@ -216,26 +179,20 @@ class DraftLoop:
         return logits.float() if self.config.upcast else logits
 
     def extend(
-        self, tokens: torch.Tensor, target_hidden: torch.Tensor, accept_index: torch.Tensor | None = None
+        self, tokens: torch.Tensor, target_hidden: torch.Tensor, index: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Draft extend: tokens `[B, L]`, hidden `[B, L, H]` -> step-0 `topk_p`, `topk_index`, hidden,
-        selected at each sequence's last accepted token: `accept_index` (`extend_index`, int64 `[B]` on
-        the device: a gather, no host sync), or the last position when None."""
+        """Draft extend over tokens `[B, L]`, hidden `[B, L, H]`: step 0's `topk_p`, `topk_index` and hidden
+        at each sequence's last accepted token, `index` (`extend_index`: a gather, no sync), else the last."""
         batch, length = tokens.shape
         flat = self.head.step(tokens.reshape(-1), target_hidden.reshape(batch * length, -1))
-        if accept_index is None:
-            last = flat.view(batch, length, -1)[:, -1]
-        else:
-            last = flat.index_select(0, accept_index)
+        last = flat.view(batch, length, -1)[:, -1] if index is None else flat.index_select(0, index)
         topk_p, topk_index = self.select(self.selector_logits(last), self.config.topk)
         return topk_p, topk_index, last
 
     def decode(self, topk_p: torch.Tensor, topk_index: torch.Tensor, hidden: torch.Tensor) -> DraftTree:
-        """Draft decode from the extend's top-k: `num_steps` tree levels, then the engine organisation."""
-        k, batch = self.config.topk, topk_p.shape[0]
-        device = topk_p.device
-        scores = topk_p
-        input_ids = topk_index.reshape(-1)
+        """Draft decode from the extend's top-k: `num_steps` tree levels, then the tree (module text)."""
+        k, batch, device = self.config.topk, topk_p.shape[0], topk_p.device
+        scores, input_ids = topk_p, topk_index.reshape(-1)
         hidden = hidden.repeat_interleave(k, dim=0)
         score_list, token_list = [topk_p], [topk_index]
         parent_list = [torch.arange(-1, k, device=device).expand(batch, k + 1)]
@@ -252,80 +209,47 @@ class DraftLoop:
             if step < self.config.num_steps - 1:
                 input_ids = step_index.gather(1, chosen).reshape(-1)
                 hidden = hidden[(chosen // k + row_base).reshape(-1)]
-        if self.config.fast_path:
-            return self.chain(score_list, token_list)
-        return self.organize(score_list, token_list, parent_list)
-
-    def chain(self, score_list: list[torch.Tensor], token_list: list[torch.Tensor]) -> DraftTree:
-        """SGLang's topk-1 fast path: every step's token is drafted, in order; positions `0..s-1` and
-        parents `-1, 0, .., s-2` are constants (made once per batch size, outside any capture's replay)."""
-        all_scores = torch.cat(score_list, dim=1)
-        all_tokens = torch.cat(token_list, dim=1)
-        positions, parents = self._chain_constants(all_scores.shape[0], all_scores.device)
-        return DraftTree(all_tokens, parents, positions, all_scores, all_scores, all_tokens)
-
-    def _chain_constants(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (batch, device)
-        if key not in self._chains:
-            steps = self.config.num_steps
-            positions = torch.arange(steps, device=device).expand(batch, steps)
-            width = self.config.parents_width
-            parents = torch.arange(-1, width - 1, device=device).expand(batch, width)
-            self._chains[key] = (positions, parents)
-        return self._chains[key]
-
-    def organize(
-        self, score_list: list[torch.Tensor], token_list: list[torch.Tensor], parent_list: list[torch.Tensor]
-    ) -> DraftTree:
-        """The best `num_draft_tokens - 1` positions over all levels, sorted; tokens and parents for them."""
-        all_scores = torch.cat(score_list, dim=1)
-        all_tokens = torch.cat(token_list, dim=1)
+        all_scores, all_tokens = torch.cat(score_list, dim=1), torch.cat(token_list, dim=1)
+        if self.config.fast_path:  # every step's token drafted, in order
+            positions, parents = self._chain_constants(batch, device)
+            return DraftTree(all_tokens, parents, positions, all_scores, all_scores, all_tokens)
         positions = torch.topk(all_scores, self.config.num_draft_tokens - 1, dim=-1).indices
         positions = torch.sort(positions, dim=-1).values
-        batch = all_scores.shape[0]
         if len(parent_list) > 1:
             parents = torch.cat(parent_list[:-1], dim=1)
         else:
-            parents = torch.empty((batch, 0), dtype=torch.int64, device=all_scores.device)
-        return DraftTree(
-            all_tokens.gather(1, positions),
-            parents,
-            positions,
-            all_scores.gather(1, positions),
-            all_scores,
-            all_tokens,
-        )
+            parents = torch.empty((batch, 0), dtype=torch.int64, device=device)
+        tokens, chosen = all_tokens.gather(1, positions), all_scores.gather(1, positions)
+        return DraftTree(tokens, parents, positions, chosen, all_scores, all_tokens)
 
-    def cycle(
-        self, tokens: torch.Tensor, target_hidden: torch.Tensor, accept_index: torch.Tensor | None = None
-    ) -> DraftTree:
-        """One draft cycle: draft extend over the accepted tokens (selected at `accept_index`, `extend`),
-        then draft decode."""
-        return self.decode(*self.extend(tokens, target_hidden, accept_index))
+    def _chain_constants(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chain's positions `0..s-1` and parents `-1, 0, .., s-2`, made once per batch size (outside
+        any capture's replay)."""
+        if (batch, device) not in self._chains:
+            steps, width = self.config.num_steps, self.config.parents_width
+            positions = torch.arange(steps, device=device).expand(batch, steps)
+            parents = torch.arange(-1, width - 1, device=device).expand(batch, width)
+            self._chains[batch, device] = (positions, parents)
+        return self._chains[batch, device]
 
-    def cycle_tuple(
-        self, tokens: torch.Tensor, target_hidden: torch.Tensor, accept_index: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, ...]:
+    def cycle(self, *inputs: torch.Tensor | None) -> DraftTree:
+        """One draft cycle on `extend`'s inputs: draft extend, then draft decode."""
+        return self.decode(*self.extend(*inputs))
+
+    def cycle_tuple(self, *inputs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """`cycle` returning a plain tuple (what graph capture and torch.compile see)."""
-        return tuple(self.cycle(tokens, target_hidden, accept_index))
+        return tuple(self.cycle(*inputs))
 
-    def cycle_traced(
-        self, tokens: torch.Tensor, target_hidden: torch.Tensor, accept_index: torch.Tensor | None = None
-    ) -> Traced:
-        """`cycle` (eager, untimed) with the logit of every scored position: `[B, candidates]` float64
-        values of the logits each selection picked, aligned with `all_tokens` (the parity split)."""
+    def cycle_traced(self, *inputs: torch.Tensor | None) -> Traced:
+        """`cycle` (eager, untimed) with the logit each selection picked at every scored position,
+        `[B, candidates]` float64 aligned with `all_tokens` (the parity split)."""
         picked: list[torch.Tensor] = []
-        select = self.select
 
         def recording(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-            topk_p, topk_index = select(logits, k)
+            topk_p, topk_index = self.select(logits, k)
             picked.append(logits.gather(1, topk_index).double())
             return topk_p, topk_index
 
-        self.select = recording
-        try:
-            tree = self.cycle(tokens, target_hidden, accept_index)
-        finally:
-            self.select = select
+        tree = DraftLoop(self.head, recording, self.config).cycle(*inputs)
         batch = tree.all_tokens.shape[0]
         return Traced(tree, torch.cat([p.reshape(batch, -1) for p in picked], dim=1))

@@ -1,42 +1,59 @@
-"""Tensor-parallel cases, run on every rank of a process group: `select` picks a scenario's cases of one tp
-size, and `TensorParallelRunner.run(case)` gives the row (on rank 0) of one case.
+"""Tensor-parallel cases on every rank of a process group (`run_case(TensorParallelRunner(...), case)`: the
+row, kept by rank 0), and the case kind's parts (`core.kinds`): `tp_cases`, `unit`, `rows`.
 
 Each rank builds the same full logits from the seed (so its parity is checked against the full float64
 reference) and keeps its vocabulary slice. Per case: a skip decision all ranks share; one call whose
 outputs every rank checks for parity and all ranks compare bit for bit; peak temporaries; then timing,
 each sample the slowest rank's. A rank that fails a phase makes every rank record the case as an error.
+Rows carry the single-device columns and `schema.TP_COLUMNS`: bytes per rank, times the max over ranks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pandas as pd
 import torch
 
 from perfsuite import variants
-from perfsuite.cases.protocol import run_case
-from perfsuite.cases.tensor_parallel import tp_rows
-from perfsuite.cases.tensor_parallel.rank_sampler import RankSampler
 from perfsuite.core import dtypes
+from perfsuite.core.settings import Timing
 from perfsuite.correctness import parity
 from perfsuite.measure import memory, timing
-from perfsuite.measure.device import DeviceInfo
+from perfsuite.measure.device import DeviceInfo, synchronize
+from perfsuite.results import rows as row_pieces
 from perfsuite.results.rows import CaseFailed, is_out_of_memory, one_line
 from perfsuite.scenario import inputs
-from perfsuite.scenario import load as scenarios
-from perfsuite.scenario.load import Case, Scenario
+from perfsuite.scenario.load import Case, Scenario, expand
 from perfsuite.variants import tensor_parallel
-from perfsuite.variants.base import unclaimed_k
-from perfsuite.variants.tensor_parallel import Local
-from perfsuite.variants.tensor_parallel.group import Group
-from perfsuite.variants.tensor_parallel.vocab_slice import local_slice, vocab_slice
+from perfsuite.variants.base import ideal_traffic, unclaimed_k
+from perfsuite.variants.tensor_parallel.tp_base import Group, Local, local_slice, padded_width, vocab_slice
 
 T = TypeVar("T")
 VERDICT_RANK = {"fail": 3, "inexact": 2, "pass": 1, "n/a": 0}
+
+
+def case_row(case: Case, env: dict[str, object], backend_pg: str) -> dict[str, object]:
+    """The identifying columns, as `rows.case_row` writes them, plus `backend_pg`."""
+    return {**row_pieces.case_row(case, env), "backend_pg": backend_pg}
+
+
+def rank_sampler(
+    call: Callable[[], object], group: Group, info: DeviceInfo, settings: Timing
+) -> timing.Sampler:
+    """Samples of a collective call, every rank's together; each sample becomes the slowest rank's (`measure`
+    agrees on `Group.max`). Before each sample a barrier and the cache flush (cold)."""
+    flush = timing.cache_flusher(info) if settings.l2 == "cold" else (lambda: None)
+    if info.is_gpu:  # once the device is idle; then the spin the call queues behind (`EventSampler`)
+        sampler = timing.EventSampler(call, lambda: (synchronize(group.device), group.barrier(), flush()))
+    else:  # the flush first, so the ranks start the call together
+        sampler = timing.Sampler(call, lambda: (flush(), group.barrier()))
+    base = "device events" if info.is_gpu else "host perf_counter"
+    sampler.method = f"{base}, max over {group.size} ranks, barrier before each sample"
+    return sampler
 
 
 @dataclass
@@ -50,20 +67,15 @@ class Truth:
 
 @dataclass
 class TensorParallelRunner:
-    """Runs tensor-parallel cases on this rank; `run` returns the row (meaningful on rank 0)."""
+    """The `CaseRunner` of tensor-parallel cases on this rank; its row is meaningful on rank 0."""
 
     group: Group
     info: DeviceInfo
     env: dict[str, object]
-    _cache: tuple[tuple, torch.Tensor] | None = field(default=None, repr=False)
-    _truth: tuple[tuple, Truth] | None = field(default=None, repr=False)
-
-    def run(self, case: Case) -> dict[str, object]:
-        """Measure one case on every rank; always returns a row (ok, skipped or error)."""
-        return run_case(self, case)
+    _truth: tuple[tuple, Truth] | None = None
 
     def identify(self, case: Case) -> dict[str, object]:
-        return tp_rows.case_row(case, self.env, self.group.backend)
+        return case_row(case, self.env, self.group.backend)
 
     def release(self) -> None:
         """Inputs stay for the next case that shares them."""
@@ -87,11 +99,9 @@ class TensorParallelRunner:
         if reason:
             return reason
         dtype = dtypes.dtype_of(case.dtype)
-        width = -(-case.vocab // case.tp) + case.inputs.row_pad
-        traffic = variant.traffic(case.batch, case.vocab, case.topk, dtype, case.tp)
-        need = (
-            case.batch * (case.vocab * (2 * dtype.itemsize + 8) + width * dtype.itemsize) + 2 * traffic.temp
-        )
+        width = padded_width(case.vocab, case.tp) + case.inputs.row_pad
+        temp = variant.traffic(case.batch, case.vocab, case.topk, dtype, case.tp).temp
+        need = case.batch * (case.vocab * (2 * dtype.itemsize + 8) + width * dtype.itemsize) + 2 * temp
         return memory.fits(need, self.group.device)
 
     def measure(self, case: Case) -> dict[str, object]:
@@ -99,41 +109,40 @@ class TensorParallelRunner:
         `CaseFailed` on all of them."""
         truth = self._agreed(lambda: self.prepare(case))
         variant = tensor_parallel.get(case.variant)
-        outputs = self._agreed(lambda: variant(truth.local, case.topk))
+        call = functools.partial(variant, truth.local, case.topk)
+        outputs = self._agreed(call)
         check = self._agreed(lambda: parity.check(variant.accuracy, *outputs, truth.ref, truth.baseline))
-        call = lambda: variant(truth.local, case.topk)  # noqa: E731
         peak = self._agreed(lambda: memory.peak_temp_bytes(call, self.info))
-        sampler = RankSampler(call, self.group, self.info, case.timing)
-        agree = self.group.max  # each sample is the slowest rank's; all ranks stop together
-        samples = self._agreed(lambda: timing.measure_in_turn([sampler], case.timing, agree)[0])
+        sampler = functools.partial(rank_sampler, call, self.group, self.info, case.timing)
+        # each sample the slowest rank's (the max over ranks): all ranks stop after the same sample
+        samples = self._agreed(lambda: timing.measure_in_turn([sampler()], case.timing, self.group.max)[0])
         peak = int(self.group.max([peak])[0])
-        figures = tp_rows.figures(case, samples, peak, self.info, self.env.get("copy_gbps"))
-        return {**self._parity_over_ranks(check, outputs), **figures, "status": "ok", "reason": ""}
-
-    def full_logits(self, case: Case) -> torch.Tensor:
-        """The case's full `[B, V]` logits, the same on every rank (kept for the cases that share them)."""
-        key = (case.input_key, case.inputs)
-        if self._cache is None or self._cache[0] != key:
-            self._cache = None
-            logits = inputs.make_logits(
-                case.logits,
-                case.batch,
-                case.vocab,
-                dtypes.dtype_of(case.dtype),
-                seed=case.inputs.seed,
-                device=self.group.device,
-                scale=case.inputs.scale,
-                files=case.inputs.files,
-            )
-            self._cache = (key, logits)
-        return self._cache[1]
+        dtype = dtypes.dtype_of(case.dtype)
+        shape = (case.batch, case.vocab, case.topk, dtype, case.tp)
+        ideal = ideal_traffic(case.batch, padded_width(case.vocab, case.tp), case.topk, dtype)
+        copy_gbps, cache = self.env.get("copy_gbps"), self.info.model_cache_bytes
+        figures = row_pieces.figures(
+            samples, variant.traffic(*shape), ideal, peak, self.info.peak_gbps, copy_gbps, cache
+        )
+        comm = variant.comm_bytes(*shape)
+        return {
+            **self._parity_over_ranks(check, outputs),
+            **figures,
+            "hbm_bytes_model": figures["bytes_model"],
+            "comm_bytes_model": comm,
+            "comm_gbps": memory.gbps(comm, samples.median_us * 1e-6),
+            "status": "ok",
+            "reason": "",
+        }
 
     def prepare(self, case: Case) -> Truth:
         """This rank's slice, the reference and the baseline (kept for the cases that share them)."""
         key = (case.input_key, case.inputs, case.topk)
         if self._truth is None or self._truth[0] != key:
             self._truth = None
-            full = self.full_logits(case)
+            given = {"seed": case.inputs.seed, "scale": case.inputs.scale, "files": case.inputs.files}
+            dtype, device = dtypes.dtype_of(case.dtype), self.group.device
+            full = inputs.make_logits(case.logits, case.batch, case.vocab, dtype, device=device, **given)
             shard = vocab_slice(case.vocab, self.group.size, self.group.rank)
             local = Local(local_slice(full, shard, case.inputs.row_pad), shard, self.group)
             baseline = variants.get(variants.BASELINE)(full, case.topk)
@@ -165,26 +174,11 @@ class TensorParallelRunner:
         checks = self.group.objects(check.as_row())
         worst = max(range(len(checks)), key=lambda r: VERDICT_RANK.get(str(checks[r]["verdict"]), 0))
         out = dict(checks[0])
-        if VERDICT_RANK.get(str(checks[worst]["verdict"]), 0) > VERDICT_RANK.get(str(out["verdict"]), 0):
+        if worst:  # the first rank with the worst verdict: a worse one than rank 0's
             out.update(verdict=checks[worst]["verdict"], problem=f"rank {worst}: {checks[worst]['problem']}")
         if not agree:
             out.update(verdict="fail", problem=f"ranks returned different results; {out['problem']}".strip())
         return {**out, "ranks_agree": agree, "parity_ranks": len(checks)}
-
-
-def load(path: str | Path) -> Scenario:
-    """The scenario file (its validation knows the tensor-parallel variant names)."""
-    return scenarios.load(path)
-
-
-def select(scenario: Scenario, tp: int, case_ids: Iterable[str] | None = None) -> list[Case]:
-    """The scenario's cases with `case.tp == tp` (only those in `case_ids` when given), in sweep order."""
-    wanted = None if case_ids is None else set(case_ids)
-    return [
-        case
-        for case in scenarios.expand(scenario)
-        if case.tp == tp and (wanted is None or case.case_id in wanted)
-    ]
 
 
 def is_tensor_parallel(case: Case) -> bool:
@@ -193,9 +187,8 @@ def is_tensor_parallel(case: Case) -> bool:
 
 
 def tp_cases(scenario: Scenario) -> list[Case]:
-    """The scenario's tensor-parallel cases (the `tensor_parallel` case kind, `core.kinds`), in sweep
-    order."""
-    return [case for case in scenarios.expand(scenario) if is_tensor_parallel(case)]
+    """The scenario's tensor-parallel cases (the `tensor_parallel` case kind), in sweep order."""
+    return [case for case in expand(scenario) if is_tensor_parallel(case)]
 
 
 def unit(case: Case) -> tuple:

@@ -12,8 +12,8 @@ from perfsuite import variants
 from perfsuite.core.dtypes import DTYPE_ALIASES, dtype_name
 from perfsuite.correctness import edge_cases
 from perfsuite.correctness.conformance import battery_patterns as catalogue
-from perfsuite.correctness.conformance import consistency, graph_replay, interpreter, streams
-from perfsuite.correctness.conformance.judge import PASS, Verdict, failed, judge, skipped
+from perfsuite.correctness.conformance import consistency, graph_replay
+from perfsuite.correctness.conformance.judge import PASS, Verdict, excused, interpreted_launches, judge
 from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, dtype_names
 
 DTYPES = (*SUPPORTED_DTYPES, *FP8_DTYPES)
@@ -46,48 +46,32 @@ def gpu_available() -> bool:
 
 def _row(variant: Variant, device: torch.device, dtype: torch.dtype, verdict: Verdict, **where) -> dict:
     return {
-        "selector": variant.name,
-        "case": ALL_CASES,
-        "dtype": dtype_name(dtype),
-        "k": pd.NA,
-        "verdict": verdict.status,
-        "finding": verdict.finding,
-        "detail": verdict.detail,
-        "accuracy": variant.accuracy,
-        "lowest_index_ties": variant.lowest_index_ties,
-        "nan": variant.nan,
-        "device": str(device),
-        **where,
-    }
+        "selector": variant.name, "case": ALL_CASES, "dtype": dtype_name(dtype), "k": pd.NA,
+        "verdict": verdict.status, "finding": verdict.finding, "detail": verdict.detail,
+        "accuracy": variant.accuracy, "lowest_index_ties": variant.lowest_index_ties, "nan": variant.nan,
+        "device": str(device), **where,
+    }  # fmt: skip
 
 
 def rows(
-    name: str,
-    device: torch.device,
-    *,
-    cases: Iterable[str] | None = None,
-    dtypes: Iterable[torch.dtype] | None = None,
-    quick: bool = False,
-) -> Iterator[dict]:
-    """Run the battery on the selector `name` (loaded through `variants.get`), yielding a row per
-    (case, dtype, k) as it goes, and a row per dtype the selector does not claim.
-
-    `cases`: glob patterns of case names (all when None); `quick`: the quick subset. A `KeyError` or
-    `ExternalSelectorError` when `name` does not load, a `ValueError` when `cases` matches none."""
+    name: str, device: torch.device, *, cases: Iterable[str] | None = None,
+    dtypes: Iterable[torch.dtype] | None = None, quick: bool = False,
+) -> Iterator[dict]:  # fmt: skip
+    """The battery on the selector `name` (`variants.get`: KeyError or ExternalSelectorError), a row per
+    (case, dtype, k) as it goes and one per dtype not claimed; `cases`: globs (ValueError if one matches
+    none), `quick`: the quick subset."""
     variant = variants.get(name)
     chosen = catalogue.select(cases, quick=quick)
     wanted = [d for d in DTYPES if dtypes is None or d in set(dtypes)]
-    unavailable = variant.available(device)
-    if unavailable:
-        yield _row(variant, device, wanted[0] if wanted else torch.float32, skipped(unavailable))
+    if unavailable := variant.available(device):
+        yield _row(variant, device, (*wanted, torch.float32)[0], Verdict("skip", detail=unavailable))
         return
-    claimed = [d for d in wanted if d in variant.dtypes]
+    unclaimed = f"not claimed: the selector declares {dtype_names(variant.dtypes)}"
     for dtype in wanted:
         if dtype not in variant.dtypes:
-            reason = f"not claimed: the selector declares {dtype_names(variant.dtypes)}"
-            yield _row(variant, device, dtype, skipped(reason))
+            yield _row(variant, device, dtype, Verdict("skip", detail=unclaimed))
     for case in chosen:
-        for dtype in claimed:
+        for dtype in (d for d in wanted if d in variant.dtypes):
             yield from _case_rows(variant, case, dtype, device)
 
 
@@ -95,72 +79,46 @@ def _case_rows(
     variant: Variant, case: catalogue.Case, dtype: torch.dtype, device: torch.device
 ) -> Iterator[dict]:
     where = {"case": case.name, "description": case.description, "vocab": case.vocab}
-    logits: torch.Tensor | None = None
-    reason = ""
-    if case.graph and device.type != "cuda":
-        reason = NEEDS_GPU
-    else:
+    logits, reason = None, NEEDS_GPU
+    if not case.graph or device.type == "cuda":
         try:
             logits = case.build(dtype, device)
+            where |= dict(batch=logits.shape[0], row_stride=logits.stride(0), offset=logits.storage_offset())
         except catalogue.Skip as skip:
             reason = str(skip)
     for k in case.topks():
         start = time.perf_counter()
-        unclaimed = variant.unclaimed_k(k)
         checks: dict = {}
-        if unclaimed:
-            verdict = skipped(unclaimed)
-        elif logits is None:
-            verdict = skipped(reason)
+        unclaimed = variant.unclaimed_k(k)
+        if unclaimed or logits is None:
+            verdict = Verdict("skip", detail=unclaimed or reason)
         elif case.graph:
             verdict = graph_replay.replay_verdict(variant, logits, k)
         else:
             verdict, checks = _verdict(variant, logits, k, device, batch_check=case.batch_check)
-        layout = {}
-        if logits is not None:
-            offset = logits.storage_offset()
-            layout = {"batch": logits.shape[0], "row_stride": logits.stride(0), "offset": offset}
         seconds = round(time.perf_counter() - start, 4)
-        yield _row(variant, device, dtype, verdict, **where, **layout, **checks, k=k, seconds=seconds)
-    del logits
+        yield _row(variant, device, dtype, verdict, **where, **checks, k=k, seconds=seconds)
 
 
 def _verdict(
     variant: Variant, logits: torch.Tensor, k: int, device: torch.device, *, batch_check: bool
 ) -> tuple[Verdict, dict]:
-    """The verdict on two calls on a side stream (on a GPU), and the consistency columns: the first call
-    judged (a failure the interpreter caused is a skip that says so), then the stream, the repeat and,
-    for `batch_check` cases, batch invariance; the first failure found is the verdict's."""
-
-    def twice() -> tuple:
-        with interpreter.launches() as launched:
-            first = edge_cases.call(variant, logits, k)
-            second = None if isinstance(first, str) else edge_cases.call(variant, logits, k)
-        return first, second, launched[0]
-
-    (first, second, launched), elsewhere = streams.on_side_stream(device, twice)
+    """The verdict on two calls on a side stream and the consistency columns: the first call judged (or
+    excused), then the stream, the repeat and batch invariance; the first failure found is the verdict's."""
+    with consistency.on_side_stream(device) as elsewhere, interpreted_launches() as launched:
+        first = edge_cases.call(variant, logits, k)
+        second = None if isinstance(first, str) else edge_cases.call(variant, logits, k)
     if isinstance(first, str):
-        return failed("crash", first), {}
-    verdict = judge(variant, logits, k, *first)
-    if verdict.status == "FAIL":
-        host = logits.cpu()
-        rejudge = lambda rows: judge(variant, host[rows], k, first[0][rows], first[1][rows]) == PASS  # noqa: E731
-        excuse = interpreter.excused(verdict.text, logits, launched, rejudge)
-        if excuse:
-            verdict = skipped(excuse)
-    repeat = consistency.repeat(first, second)
-    checks: dict = {"repeat": repeat.status}
-    found = [("wrong_stream", elsewhere)] if elsewhere else []
-    if repeat.status == "FAIL":
-        found.append(("not_repeatable", repeat.detail))
+        return Verdict("FAIL", "crash", first), {}
+    verdict = excused(judge(variant, logits, k, *first), launched[0], variant, logits, k, first)
+    found = [Verdict("FAIL", "wrong_stream", elsewhere[0]) if elsewhere[0] else PASS]
+    found.append(consistency.repeat(first, second))
+    checks: dict = {"repeat": found[-1].status}
     if batch_check:
-        invariance = consistency.batch(variant, logits, k, first)
-        checks |= {"batch_invariant": invariance.status, "batch_max_dp": invariance.max_dp}
-        if invariance.status == "FAIL":
-            found.append(("batch_variant", invariance.detail))
-    if found and verdict.status != "FAIL":
-        verdict = failed(*found[0])
-    return verdict, checks
+        invariance, max_dp = consistency.batch(variant, logits, k, first)
+        checks |= {"batch_invariant": invariance.status, "batch_max_dp": max_dp}
+        found.append(invariance)
+    return next((v for v in [verdict, *found] if v.status == "FAIL"), verdict), checks
 
 
 def run(name: str, device: torch.device | str = "cpu", **options) -> pd.DataFrame:
@@ -179,50 +137,38 @@ def counts(table: pd.DataFrame) -> str:
     return ", ".join(f"{int(tally[v])} {v}" for v in ("pass", "FAIL", "skip") if v in tally) or "no rows"
 
 
-def console(table: pd.DataFrame) -> str:
-    """One selector's table for the terminal: a row per (case, k), a column per dtype, then each failure
-    and each distinct skip reason in full."""
-    if table.empty:
-        return "no rows"
-    variant = table.iloc[0]
-    ties = "lowest-index ties" if variant["lowest_index_ties"] else "ties in any order"
-    nan = f"NaN {variant['nan']}"
-    lines = [f"{variant['selector']}: {variant['accuracy']}, {ties}, {nan}, on {variant['device']}"]
-    cells = table[table["case"] != ALL_CASES].copy()
-    if len(cells):
-        cells["cell"] = [
-            f"FAIL {r.finding}" if r.verdict == "FAIL" else r.verdict for r in cells.itertuples()
-        ]
-        cells["k"] = cells["k"].astype("Int64")
-        wide = cells.pivot_table(
-            index=["case", "k"], columns="dtype", values="cell", aggfunc="first", sort=False
-        ).fillna("")
-        wide.columns.name = None
-        checked = cells.groupby(["case", "k"], sort=False).agg(
-            repeat=("repeat", _overall), batch=("batch_invariant", _overall), dp=("batch_max_dp", "max")
-        )
-        shown = [
-            f"{b} {dp:.2g}" if b and pd.notna(dp) else b
-            for b, dp in zip(checked["batch"], checked["dp"], strict=True)
-        ]
-        wide["repeat"] = checked["repeat"]
-        wide["batch"] = pd.Series(shown, index=checked.index)  # aligned on (case, k), as repeat
-        lines.append(wide.reset_index().to_string(index=False))
-    for r in table[table["verdict"] == "FAIL"].itertuples():
-        lines.append(f"  FAIL {r.case} {r.dtype} k={_k(r.k)}: {r.detail}")
-    skips = table[table["verdict"] == "skip"]
-    for (case, reason), part in skips.groupby(["case", "detail"], sort=False):
-        dtypes = ", ".join(dict.fromkeys(part["dtype"]))
-        lines.append(f"  skip {case} ({dtypes}): {reason}")
-    lines.append(f"{variant['selector']}: {counts(table)} in {table['seconds'].sum():.1f} s")
-    return "\n".join(lines)
-
-
 def _overall(statuses: pd.Series) -> str:
     """A check's cell over the dtypes: FAIL if any failed, pass if any passed, empty where none ran."""
     seen = set(statuses.dropna()) - {""}
     return "FAIL" if "FAIL" in seen else "pass" if "pass" in seen else ""
 
 
-def _k(value: object) -> str:
-    return "-" if pd.isna(value) else str(int(value))
+def console(table: pd.DataFrame) -> str:
+    """One selector's table for the terminal: a row per (case, k), a column per dtype, then each failure
+    and each distinct skip reason in full."""
+    if table.empty:
+        return "no rows"
+    head = table.iloc[0]
+    ties = "lowest-index ties" if head["lowest_index_ties"] else "ties in any order"
+    lines = [f"{head['selector']}: {head['accuracy']}, {ties}, NaN {head['nan']}, on {head['device']}"]
+    cells = table[table["case"] != ALL_CASES].copy()
+    if len(cells):
+        cells["cell"] = cells["verdict"].where(cells["verdict"] != "FAIL", "FAIL " + cells["finding"])
+        cells["k"] = cells["k"].astype("Int64")
+        wide = cells.pivot_table(
+            index=["case", "k"], columns="dtype", values="cell", aggfunc="first", sort=False
+        )
+        wide = wide.rename_axis(columns=None).fillna("")
+        checked = cells.groupby(["case", "k"], sort=False).agg(
+            repeat=("repeat", _overall), batch=("batch_invariant", _overall), dp=("batch_max_dp", "max")
+        )
+        wide["repeat"] = checked["repeat"]
+        batch = lambda r: f"{r.batch} {r.dp:.2g}" if r.batch and pd.notna(r.dp) else r.batch  # noqa: E731
+        wide["batch"] = checked.apply(batch, axis=1)  # aligned on (case, k), as repeat
+        lines.append(wide.reset_index().to_string(index=False))
+    for r in table[table["verdict"] == "FAIL"].itertuples():
+        lines.append(f"  FAIL {r.case} {r.dtype} k={'-' if pd.isna(r.k) else int(r.k)}: {r.detail}")
+    for (case, reason), part in table[table["verdict"] == "skip"].groupby(["case", "detail"], sort=False):
+        lines.append(f"  skip {case} ({', '.join(dict.fromkeys(part['dtype']))}): {reason}")
+    lines.append(f"{head['selector']}: {counts(table)} in {table['seconds'].sum():.1f} s")
+    return "\n".join(lines)

@@ -1,14 +1,10 @@
 """The battery's cases: named inputs that break selector kernels on edge shapes, each saying what it probes.
 
-Every input is laid out the way an engine hands logits over: a `[B, V]` view inside a larger buffer whose
-other elements (the padding of a row-strided view, the elements before an offset data pointer, the tail
-after the last row) hold a poison value larger than any real logit, so a kernel that reads past its row
-picks the poison and returns a wrong or out-of-vocabulary index. Values are drawn in float32 on the CPU
-(seeded by the case's name) and cast to the case's dtype, so every device and dtype sees the same row.
-
-The rows of an ordinary case (`ordinary`): gaussian, row 0's maximum in its very last column (a kernel
-that drops the tail misses it), and each later row's first 16 columns above everything in the row
-before it (a kernel that over-reads a row's tail into the next row picks them).
+Every input is a `[B, V]` view inside a larger buffer, as an engine hands logits over, whose other elements
+(the padding of a row-strided view, the elements before an offset data pointer, the tail after the last
+row) hold a poison value larger than any real logit: a kernel that reads past its row picks the poison and
+returns a wrong or out-of-vocabulary index. Values are drawn in float32 on the CPU (seeded by the case's
+name) and cast to the case's dtype, so every device and dtype sees the same rows.
 """
 
 from __future__ import annotations
@@ -24,12 +20,9 @@ from perfsuite import simulated_gpu
 from perfsuite.core import machine
 from perfsuite.correctness import edge_cases
 
-TAIL = 256
-"""Poisoned elements after the last row (and around each row where the buffer is not filled)."""
+TAIL = 256  # poisoned elements after the last row (and around each row of a buffer not filled)
 INT64_STRIDE = (1 << 31) + 1024
 """Row stride of the int64 addressing case: row 1 starts past 2^31 elements, row 2 past 2^32."""
-DEVICE_MARGIN = 1 << 30
-HOST_MARGIN = 256 << 20
 
 Build = Callable[[torch.dtype, torch.device], torch.Tensor]
 
@@ -66,7 +59,9 @@ def _generator(name: str) -> torch.Generator:
 
 
 def ordinary(name: str, batch: int, vocab: int) -> torch.Tensor:
-    """float32 rows `[batch, vocab]` (see the module docstring)."""
+    """float32 gaussian rows `[batch, vocab]`: row 0's maximum in its very last column (a kernel that drops
+    the tail misses it), each later row's first 16 columns above everything in the row before it (a kernel
+    that over-reads a row's tail into the next row picks them)."""
     x = torch.randn((batch, vocab), generator=_generator(name))
     if batch:
         x[0, vocab - 1] = 8.0
@@ -77,28 +72,20 @@ def ordinary(name: str, batch: int, vocab: int) -> torch.Tensor:
 
 
 def place(
-    values: torch.Tensor,
-    dtype: torch.dtype,
-    device: torch.device,
-    *,
-    offset: int = 0,
-    stride: int | None = None,
-    fill: bool = True,
+    values: torch.Tensor, dtype: torch.dtype, device: torch.device, *, offset: int = 0, stride: int = 0
 ) -> torch.Tensor:
-    """`values` as a `[B, V]` view `offset` elements into a poisoned buffer, rows `stride` apart.
-
-    fill=False poisons only `TAIL` elements on each side of each row (a buffer too large to touch whole:
-    on a CPU the untouched pages of `torch.empty` are never committed)."""
+    """`values` as a `[B, V]` view `offset` elements into a poisoned buffer, rows `stride` apart (0: V).
+    A buffer over 1 GiB is poisoned only `TAIL` elements around each row (touching it whole would commit
+    it: on a CPU the untouched pages of `torch.empty` never are)."""
     batch, vocab = values.shape
     stride = stride or vocab
     size = offset + max(batch - 1, 0) * stride + vocab + TAIL
     buffer = torch.empty(size, dtype=dtype, device=device)
     poison = poison_value(dtype)
-    if fill:
+    if size * dtype.itemsize <= 1 << 30:
         buffer.fill_(poison)
     else:
-        for r in range(batch):
-            start = offset + r * stride
+        for start in range(offset, offset + batch * stride, stride):
             buffer[max(start - TAIL, 0) : start + vocab + TAIL].fill_(poison)
     view = buffer.as_strided((batch, vocab), (stride, 1), offset)
     view.copy_(values.to(dtype).to(device))
@@ -109,12 +96,15 @@ def _placed(values: Callable[[], torch.Tensor], **layout) -> Build:
     return lambda dtype, device: place(values(), dtype, device, **layout)
 
 
-# ---------------------------------------------------------------- rows with a story
+def _ordinary(name: str, description: str, vocab: int, *, offset: int = 0, stride: int = 0, **flags) -> Case:
+    """A case of three `ordinary` rows seeded by its name, `offset` and `stride` its layout."""
+    rows = _placed(lambda: ordinary(name, 3, vocab), offset=offset, stride=stride)
+    return Case(name, description, vocab, rows, **flags)
 
 
-def _pattern_rows(name: str, vocab: int = edge_cases.EDGE_VOCAB) -> Build:
+def _pattern_rows(name: str) -> Build:
     """edge_cases' pattern `name` in row 0, an ordinary row after it (a bad row must not spill over)."""
-    _, pattern = edge_cases.PATTERNS[name]
+    pattern, vocab = edge_cases.PATTERNS[name][1], edge_cases.EDGE_VOCAB
 
     def build(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         rows = edge_cases.pattern_rows([pattern], dtype, vocab)
@@ -157,52 +147,41 @@ def _int64_addressing(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Three rows `INT64_STRIDE` apart: offsets past 2^31 (int32 overflows) and 2^32 (uint32 wraps)."""
     batch, vocab = 3, 1031
     need = ((batch - 1) * INT64_STRIDE + vocab + TAIL) * dtype.itemsize
-    touched = batch * (vocab + 2 * TAIL) * dtype.itemsize
     gib = need / (1 << 30)
     if device.type == "cuda" and simulated_gpu.active() is None:
         free, _ = torch.cuda.mem_get_info(device)
-        if need + DEVICE_MARGIN > free:
+        if need + (1 << 30) > free:  # a GiB to spare
             raise Skip(f"needs {gib:.1f} GiB of device memory, {free / (1 << 30):.1f} GiB free")
-    elif machine.host_available_bytes() < touched + HOST_MARGIN:
-        raise Skip("the host has too little memory left for the rows")
+    elif machine.host_available_bytes() < batch * (vocab + 2 * TAIL) * dtype.itemsize + (256 << 20):
+        raise Skip("the host has too little memory left for the rows")  # the rows it touches, 256 MiB spare
     try:
-        return place(
-            ordinary("int64_addressing", batch, vocab), dtype, device, stride=INT64_STRIDE, fill=False
-        )
+        return place(ordinary("int64_addressing", batch, vocab), dtype, device, stride=INT64_STRIDE)
     except (RuntimeError, MemoryError) as exc:  # the allocator refused the address space
         raise Skip(f"cannot allocate a {gib:.1f} GiB buffer: {str(exc).splitlines()[0][:120]}") from None
 
 
 BIT_PATTERN_ROWS = (
-    "signed zeros tie at the top",
-    "signed zeros tie at the k-th place",
-    "one ulp apart at the top",
-    "subnormal maxima",
-    "the largest finite values",
-    "+inf beside the largest finite value",
-)
+    "signed zeros tie at the top", "signed zeros tie at the k-th place", "one ulp apart at the top",
+    "subnormal maxima", "the largest finite values", "+inf beside the largest finite value",
+)  # fmt: skip
 """What each row of `bit_patterns` holds, by row."""
 
 
 def _bits(value: float, dtype: torch.dtype, ulps: int) -> float:
     """The `dtype` value `ulps` steps from the positive `value` (its bit pattern plus `ulps`), as a float."""
     ints = {1: torch.int8, 2: torch.int16, 4: torch.int32}[dtype.itemsize]
-    pattern = torch.tensor([value]).to(dtype).view(ints) + ulps
-    return float(pattern.view(dtype).float())
+    return float((torch.tensor([value]).to(dtype).view(ints) + ulps).view(dtype).float())
 
 
 def _bit_patterns(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """One row per `BIT_PATTERN_ROWS` entry, the rest of each row below the values placed in it, and
     every value placed exactly representable in `dtype` (each tie and near-tie is one in the dtype)."""
-    vocab = edge_cases.EDGE_VOCAB
     info = torch.finfo(dtype)
-    below = -1 - torch.rand((len(BIT_PATTERN_ROWS), vocab), generator=_generator("bit_patterns"))
-    x = below.clone()
+    x = -1 - torch.rand((len(BIT_PATTERN_ROWS), edge_cases.EDGE_VOCAB), generator=_generator("bit_patterns"))
     x[0, [100, 900]] = torch.tensor([-0.0, 0.0])  # equal: the lowest index, 100, is first
     x[1, 500:507] = torch.arange(7, 0, -1).float()  # 7 values above the zeros, then +0.0 at 10, -0.0 at 20
     x[1, [10, 20]] = torch.tensor([0.0, -0.0])  # the other order: -0.0 put above +0.0 misses 10
-    one = _bits(1.0, dtype, 0)
-    x[2, [30, 800]] = torch.tensor([one, _bits(1.0, dtype, 1)])  # 800 is one ulp above 30
+    x[2, [30, 800]] = torch.tensor([_bits(1.0, dtype, 0), _bits(1.0, dtype, 1)])  # 800 is one ulp above 30
     x[2, 31:40] = 0.5
     tiny = info.tiny * info.eps  # the smallest subnormal
     x[3, [5, 50, 700, 701]] = torch.tensor([tiny, 2 * tiny, 3 * tiny, 3 * tiny])  # two maxima, subnormal
@@ -210,11 +189,6 @@ def _bit_patterns(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     x[4, 601] = float("-inf")
     x[5, [2, 9]] = torch.tensor([info.max, float("inf")])
     return place(x, dtype, device)
-
-
-def _tiny_vocab_ks(vocab: int) -> tuple[int, ...]:
-    """Every k up to V for the smallest vocabularies, and 1, 8, V-1, V for V = 17."""
-    return tuple(range(1, vocab + 1)) if vocab <= 3 else (1, 8, vocab - 1, vocab)
 
 
 MASKED_ROWS = (("50 % -inf", 0.5), ("90 % -inf", 0.9), ("99 % -inf", 0.99), ("3 finite logits", 3))
@@ -228,79 +202,33 @@ def _masked() -> torch.Tensor:
     x = torch.randn((len(MASKED_ROWS), vocab), generator=gen)
     for row, (_, share) in enumerate(MASKED_ROWS):
         kept = share if isinstance(share, int) else round(vocab * (1 - share))
-        masked = torch.randperm(vocab, generator=gen)[kept:]
-        x[row, masked] = float("-inf")
+        x[row, torch.randperm(vocab, generator=gen)[kept:]] = float("-inf")
     return x
 
 
 def catalogue() -> list[Case]:
     """Every case of the battery, in the order they are run and shown."""
-    cases: list[Case] = []
-    for vocab in (8193, 129281, 151666, 248320):
-        cases.append(
-            Case(
-                f"vocab_{vocab}",
-                f"misaligned vocabulary V={vocab}, B=3, poison after the last row",
-                vocab,
-                _placed(lambda v=vocab: ordinary(f"vocab_{v}", 3, v)),
-                quick=vocab in (8193, 151666),
-                batch_check=vocab == 8193,
-            )
-        )
-    for vocab in (1, 2, 3, 17):
-        cases.append(
-            Case(
-                f"vocab_{vocab}",
-                f"tiny vocabulary V={vocab}, k up to V",
-                vocab,
-                _placed(lambda v=vocab: ordinary(f"vocab_{v}", 3, v)),
-                ks=_tiny_vocab_ks(vocab),
-                quick=vocab <= 2,  # V = 3 and 17: 30 more Triton compile keys, the full battery only
-            )
-        )
-    for vocab in (7, 100):
-        cases.append(
-            Case(
-                f"vocab_{vocab}",
-                f"V={vocab}, below one tile",
-                vocab,
-                _placed(lambda v=vocab: ordinary(f"vocab_{v}", 3, v)),
-                batch_check=vocab == 7,
-            )
-        )
-    for vocab, stride in ((1031, 1088), (151666, 151680)):
-        cases.append(
-            Case(
-                f"padded_rows_{vocab}",
-                f"row-strided view [3, {vocab}] of a [3, {stride}] buffer, the padding poisoned",
-                vocab,
-                _placed(lambda v=vocab: ordinary(f"padded_rows_{v}", 3, v), stride=stride),
-                quick=vocab == 1031,
-            )
-        )
-    for offset in range(8):
-        cases.append(
-            Case(
-                f"offset_{offset}",
-                f"data pointer {offset} elements into the buffer (V=4096, rows aligned but for it)",
-                4096,
-                _placed(lambda o=offset: ordinary(f"offset_{o}", 3, 4096), offset=offset),
-                quick=offset in (1, 3),
-            )
-        )
-    for pattern, (description, _) in edge_cases.PATTERNS.items():
-        cases.append(
-            Case(
-                pattern, f"{description}, then an ordinary row", edge_cases.EDGE_VOCAB, _pattern_rows(pattern)
-            )
-        )
-    cases += [
+    vocab = edge_cases.EDGE_VOCAB
+    return [
+        *(_ordinary(f"vocab_{v}", f"misaligned vocabulary V={v}, B=3, poison after the last row", v,
+                    quick=v in (8193, 151666), batch_check=v == 8193)
+          for v in (8193, 129281, 151666, 248320)),
+        # k up to V; V = 3 and 17 add 30 Triton compile keys: the full battery only
+        *(_ordinary(f"vocab_{v}", f"tiny vocabulary V={v}, k up to V", v, quick=v <= 2,
+                    ks=tuple(range(1, v + 1)) if v <= 3 else (1, 8, v - 1, v)) for v in (1, 2, 3, 17)),
+        *(_ordinary(f"vocab_{v}", f"V={v}, below one tile", v, batch_check=v == 7) for v in (7, 100)),
+        *(_ordinary(f"padded_rows_{v}", f"row-strided view [3, {v}] of a [3, {s}] buffer, the padding "
+                    "poisoned", v, stride=s, quick=v == 1031) for v, s in ((1031, 1088), (151666, 151680))),
+        *(_ordinary(f"offset_{o}", f"data pointer {o} elements into the buffer (V=4096, rows aligned but for "
+                    "it)", 4096, offset=o, quick=o in (1, 3)) for o in range(8)),
+        *(Case(p, f"{d}, then an ordinary row", vocab, _pattern_rows(p))
+          for p, (d, _) in edge_cases.PATTERNS.items()),
         Case("all_negative", "every logit below -2 (a running max started at 0 is wrong)", 8193,
              _placed(_all_negative)),
         Case("subnormal", "subnormal logits of the dtype, one largest (flushing them to 0 ties them)", 4099,
              _subnormal),
-        Case("bit_patterns", f"rows: {'; '.join(BIT_PATTERN_ROWS)} (V={edge_cases.EDGE_VOCAB})",
-             edge_cases.EDGE_VOCAB, _bit_patterns, batch_check=True),
+        Case("bit_patterns", f"rows: {'; '.join(BIT_PATTERN_ROWS)} (V={vocab})", vocab, _bit_patterns,
+             batch_check=True),
         Case("masked", f"grammar masks, rows: {'; '.join(r for r, _ in MASKED_ROWS)} (V=4099)", 4099,
              _placed(_masked), batch_check=True),
         Case("ties_far", "equal maxima at 3 and V-5, and at 0, V/2, V-1 (V=8193)", 8193, _placed(_ties_far),
@@ -310,10 +238,9 @@ def catalogue() -> list[Case]:
         Case("batch_zero", "B = 0", 1031, _placed(lambda: torch.empty((0, 1031)))),
         Case("int64_addressing", f"rows {INT64_STRIDE} elements apart: offsets past 2^31 and 2^32", 1031,
              _int64_addressing),
-        Case("graph_replay", "captured in a CUDA/HIP graph and replayed: same answer, new inputs, no host "
-             "sync (V=8193)", 8193, _placed(lambda: ordinary("graph_replay", 3, 8193)), graph=True),
+        _ordinary("graph_replay", "captured in a CUDA/HIP graph and replayed: same answer, new inputs, no "
+                  "host sync (V=8193)", 8193, graph=True),
     ]  # fmt: skip
-    return cases
 
 
 def select(patterns: Iterable[str] | None = None, *, quick: bool = False) -> list[Case]:
@@ -321,10 +248,7 @@ def select(patterns: Iterable[str] | None = None, *, quick: bool = False) -> lis
     ValueError naming the known cases when a pattern matches none."""
     cases = [c for c in catalogue() if c.quick or not quick]
     patterns = list(patterns or [])
-    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.name, p) for c in cases)]
-    if unmatched:
-        known = ", ".join(c.name for c in cases)
-        raise ValueError(f"no battery case matches {', '.join(unmatched)}; cases: {known}")
-    if patterns:
-        cases = [c for c in cases if any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]
-    return cases
+    names = [c.name for c in cases]
+    if unmatched := [p for p in patterns if not fnmatch.filter(names, p)]:
+        raise ValueError(f"no battery case matches {', '.join(unmatched)}; cases: {', '.join(names)}")
+    return [c for c in cases if not patterns or any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]

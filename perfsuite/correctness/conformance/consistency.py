@@ -1,62 +1,39 @@
-"""Repeatability and batch invariance: what one call cannot show.
+"""What one call cannot show: repeatability, batch invariance and the stream the work runs on.
 
-A split kernel that merges its partials in arrival order can return other tied indices on the next call
-on the same logits; a kernel whose plan depends on the batch size can return other indices for a row when
-other rows share its batch. Both pass every single-call check (a selector that claims no tie order may
-pick any tied token, once). So every case is called twice and the two answers must be bitwise equal
-(`repeat`), and the cases marked `batch_check` are also called on their rows in reverse order and on
-their first row alone: each row's indices must be the same in all three batches, its probabilities
-within the selector's tolerance (`parity.tolerance`), and the largest difference is reported (`batch`).
+Each passes every single-call check: a split kernel that merges its partials in arrival order (other
+tied indices on the next call: `repeat`), one whose plan depends on the batch size (other indices for a
+row in another batch: `batch`), one that runs on another stream than the engine's (`on_side_stream`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterator
 
 import torch
 
+from perfsuite import simulated_gpu
 from perfsuite.correctness import edge_cases
+from perfsuite.correctness.conformance.judge import PASS, Verdict
 from perfsuite.correctness.parity import tolerance
 from perfsuite.variants.base import Variant
 
-Outputs = tuple[torch.Tensor, torch.Tensor]
 
-
-@dataclass(frozen=True)
-class Check:
-    """One consistency check: "pass" or "FAIL" (with what differed), and for batch invariance the largest
-    probability difference seen."""
-
-    status: str
-    detail: str = ""
-    max_dp: float = float("nan")
-
-
-def _bits(p: torch.Tensor) -> torch.Tensor:
-    return p.contiguous().view(torch.int32)
-
-
-def repeat(first: Outputs, second: Outputs | str) -> Check:
+def repeat(first: edge_cases.Outputs, second: edge_cases.Outputs | str) -> Verdict:
     """The second call on the same logits against the first: bitwise the same outputs."""
     if isinstance(second, str):
-        return Check("FAIL", f"the second call raised: {second}")
-    differ = (first[1] != second[1]) | (_bits(first[0]) != _bits(second[0]))
+        return Verdict("FAIL", "not_repeatable", f"the second call raised: {second}")
+    bits = [p.contiguous().view(torch.int32) for p in (first[0], second[0])]
+    differ = (first[1] != second[1]) | (bits[0] != bits[1])
     if not bool(differ.any()):
-        return Check("pass")
+        return PASS
     r, s = (int(v) for v in differ.nonzero()[0])
-    return Check(
-        "FAIL",
+    detail = (
         f"{int(differ.sum())} of {differ.numel()} slots differ between two calls on the same logits, e.g. "
         f"row {r} slot {s}: index {int(first[1][r, s])} then {int(second[1][r, s])}, topk_p "
-        f"{float(first[0][r, s]):.6g} then {float(second[0][r, s]):.6g}",
+        f"{float(first[0][r, s]):.6g} then {float(second[0][r, s]):.6g}"
     )
-
-
-def _difference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| in float64, 0 where both are NaN, inf where only one is."""
-    diff = (a.double() - b.double()).abs()
-    both = torch.isnan(a) & torch.isnan(b)
-    return torch.where(both, 0.0, diff.nan_to_num(nan=float("inf")))
+    return Verdict("FAIL", "not_repeatable", detail)
 
 
 def other_batches(logits: torch.Tensor) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -70,32 +47,59 @@ def other_batches(logits: torch.Tensor) -> list[tuple[str, torch.Tensor, torch.T
     ]
 
 
-def batch(variant: Variant, logits: torch.Tensor, k: int, first: Outputs) -> Check:
-    """`first` (the call on the whole batch) against the calls on `other_batches`."""
+def batch(variant: Variant, logits: torch.Tensor, k: int, first: edge_cases.Outputs) -> tuple[Verdict, float]:
+    """`first` (the call on the whole batch) against the calls on `other_batches`, and the largest `topk_p`
+    difference seen."""
     rtol, atol = tolerance(variant.accuracy, logits.dtype)
     worst = 0.0
+    failed = lambda detail, dp=float("nan"): (Verdict("FAIL", "batch_variant", detail), dp)  # noqa: E731
     for what, rows, order in other_batches(logits):
         out = edge_cases.call(variant, rows, k)
         if isinstance(out, str):
-            return Check("FAIL", f"the call on {what} raised: {out}")
+            return failed(f"the call on {what} raised: {out}")
         p, index = first[0][order], first[1][order]
         moved = (out[1] != index).any(dim=-1)
         if bool(moved.any()):
             r = int(moved.nonzero()[0])
-            return Check(
-                "FAIL",
-                f"row {int(order[r])}'s indices depend on its batch: {index[r].tolist()} in the batch, "
-                f"{out[1][r].tolist()} with {what}",
-            )
-        dp = _difference(out[0], p)
+            seen = f"{index[r].tolist()} in the batch, {out[1][r].tolist()} with {what}"
+            return failed(f"row {int(order[r])}'s indices depend on its batch: {seen}")
+        # |difference| in float64, 0 where both are NaN, inf where only one is
+        both_nan = torch.isnan(out[0]) & torch.isnan(p)
+        dp = torch.where(both_nan, 0.0, (out[0].double() - p.double()).abs().nan_to_num(nan=float("inf")))
         worst = max(worst, float(dp.max()))
         off = dp > rtol * p.double().abs().nan_to_num(0.0) + atol
         if bool(off.any()) and variant.accuracy != "inexact":
             r, s = (int(v) for v in off.nonzero()[0])
-            return Check(
-                "FAIL",
-                f"row {int(order[r])} slot {s}: topk_p {float(p[r, s]):.6g} in the batch, "
-                f"{float(out[0][r, s]):.6g} with {what} (beyond {rtol:.2g} relative)",
-                worst,
-            )
-    return Check("pass", max_dp=worst)
+            seen = f"{float(p[r, s]):.6g} in the batch, {float(out[0][r, s]):.6g} with {what}"
+            return failed(f"row {int(order[r])} slot {s}: topk_p {seen} (beyond {rtol:.2g} relative)", worst)
+    return PASS, worst
+
+
+@contextlib.contextmanager
+def on_side_stream(device: torch.device) -> Iterator[list[str]]:
+    """The block run on a fresh side stream of `device` (waiting for the caller's); the yielded one-item list
+    then says what it did elsewhere ("" if nothing, or on a CPU): on the simulated GPU, which records each
+    kernel's stream, any kernel; on a real GPU (no trace), leaving another stream current."""
+    elsewhere = [""]
+    if device.type != "cuda":
+        yield elsewhere
+        return
+    caller = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(caller)
+    recorded = simulated_gpu.active() is not None
+    before = simulated_gpu.kernels_by_stream() if recorded else {}
+    with torch.cuda.stream(side):
+        yield elsewhere
+        current = torch.cuda.current_stream(device)
+    caller.wait_stream(side)
+    after = simulated_gpu.kernels_by_stream() if recorded else {}
+    ran = {s: n - before.get(s, 0) for s, n in after.items() if s is not side and n != before.get(s, 0)}
+    if current != side:
+        elsewhere[0] = "the call left another stream current than the caller's (a side stream)"
+    elif ran:
+        on_default = ran.get(torch.cuda.default_stream(device), 0)
+        elsewhere[0] = (
+            f"{sum(ran.values())} kernel(s) ran on another stream than the caller's side stream "
+            f"({on_default} on the default stream)"
+        )

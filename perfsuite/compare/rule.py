@@ -1,0 +1,89 @@
+"""How `perfsuite compare` judges a case's time: one witness, one estimate with its interval, one floor and
+the decision table below (`ROWS`; `compare --help` and docs/comparing.md show its text, `DECISION_TABLE`).
+
+The witness: where both runs sampled the same in-turn reference with the case, the ratio of the case's time
+to the reference's in each round (a machine slower in those seconds moves both alike); else its own samples.
+The shift is their Hodges-Lehmann estimate of new over base in log space, its interval the Mann-Whitney one
+at `LEVEL`, the floor the rounds' own spread in these two runs. Without raw samples on both sides the rows
+stand in: the medians' ratio, new p20 / base p80 to new p80 / base p20, the floor from their p20/p80.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Callable
+from statistics import NormalDist
+from typing import NamedTuple
+
+import numpy as np
+
+LEVEL = 0.99
+"""The interval's confidence: a compare judges hundreds of cases, so about one in a hundred unchanged ones
+has an interval clear of 1 by chance; the threshold and the floor stand between it and a verdict."""
+Z = NormalDist().inv_cdf((1 + LEVEL) / 2)
+
+ROWS: tuple[tuple[str, str, Callable[[float, float, float, float, float], bool]], ...] = (
+    ("slower", "low > 1 and shift > max(1 + threshold, floor)",
+     lambda s, lo, hi, f, t: lo > 1 and s > max(1 + t, f)),
+    ("faster", "high < 1 and shift < 1 / max(1 + threshold, floor)",
+     lambda s, lo, hi, f, t: hi < 1 and s < 1 / max(1 + t, f)),
+    ("same", "1 / (1 + threshold) <= shift <= 1 + threshold",
+     lambda s, lo, hi, f, t: 1 / (1 + t) <= s <= 1 + t),
+    ("noisy", "any other shift: past the threshold, but the interval holds 1 or the floor is wider",
+     lambda s, lo, hi, f, t: not math.isnan(s)),
+    ("not comparable", "no shift: the case was not timed in both runs",
+     lambda s, lo, hi, f, t: math.isnan(s)),
+)  # fmt: skip
+"""The decision table: each row's outcome, its condition as text and as code (of shift, low, high, floor and
+threshold); a case gets the first row that holds."""
+LEGEND = (
+    "shift: new/base of the case's witness (Hodges-Lehmann); low, high: its 99 % interval (Mann-Whitney); "
+    "floor: sqrt(base p80/p20 x new p80/p20) of the witness's rounds; threshold: --fail-on (default 5 %)."
+)
+DECISION_TABLE = "\n".join(
+    [f"{'outcome':<16}condition", *(f"{o:<16}{c}" for o, c, _ in ROWS), *textwrap.wrap(LEGEND, 100)]
+)
+__doc__ = f"{__doc__}\n{DECISION_TABLE}\n"
+
+
+def outcome(shift: float, low: float, high: float, floor: float, threshold: float) -> str:
+    """The row of `ROWS` that holds (all figures ratios; `threshold` a fraction)."""
+    return next(name for name, _, holds in ROWS if holds(shift, low, high, floor, threshold))
+
+
+class Side(NamedTuple):
+    """One run's witness of a case: the log of each round (None without samples), its row's median, p20
+    and p80 (NaN where missing)."""
+
+    rounds: np.ndarray | None
+    median: float
+    p20: float
+    p80: float
+
+
+def hodges_lehmann(base: np.ndarray, new: np.ndarray) -> tuple[float, float, float]:
+    """The Hodges-Lehmann estimate of new - base (the median of every pairwise difference) and the
+    Mann-Whitney interval around it at `LEVEL` (normal approximation; -inf, inf where too few values reach
+    that level: 4 a side)."""
+    diffs = np.sort(np.subtract.outer(new, base), axis=None)
+    n = diffs.size
+    k = math.floor(n / 2 - Z * math.sqrt(n * (len(base) + len(new) + 1) / 12))
+    if k < 0:
+        return float(np.median(diffs)), -math.inf, math.inf
+    return float(np.median(diffs)), float(diffs[k]), float(diffs[n - 1 - k])
+
+
+def judge(base: Side, new: Side) -> tuple[float, float, float, float]:
+    """The shift of a case's witness, its interval and its floor, as ratios: from the rounds where both
+    sides have them, else from the rows."""
+    if base.rounds is not None and new.rounds is not None:
+        shift, low, high = hodges_lehmann(base.rounds, new.rounds)
+        floor = float(np.mean([np.subtract(*np.quantile(r, [0.8, 0.2])) for r in (base.rounds, new.rounds)]))
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            (bm, b20, b80), (nm, n20, n80) = np.log(np.array([base[1:], new[1:]], dtype=float))
+        shift, low, high = nm - bm, n20 - b80, n80 - b20
+        low, high = (shift, shift) if math.isnan(low + high) else (low, high)
+        floor = 0.0 if math.isnan(b80 - b20 + n80 - n20) else (b80 - b20 + n80 - n20) / 2
+    return math.exp(shift), math.exp(low), math.exp(high), math.exp(floor)

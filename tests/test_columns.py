@@ -1,0 +1,94 @@
+"""The column registry (perfsuite.results.columns): every column written is registered, typed on reading,
+carried by compare where marked, documented in docs/columns.md; a new column is its registry line plus
+its producer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perfsuite import cli
+from perfsuite.cases.kernel.kernel_runner import KernelRunner
+from perfsuite.compare.match import compare, load_side
+from perfsuite.results import columns
+from perfsuite.results.columns import Column
+from perfsuite.results.run import load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = """
+name = "cols"
+device = "cpu"
+[[sweep]]
+variants = ["full_softmax", "identity"]
+paths = ["eager"]
+dtypes = ["float32"]
+vocab = [300]
+batch = [2]
+topk = [2]
+logits = ["gaussian"]
+[timing]
+warmup = 1
+reps = 5
+max_seconds = 0.05
+"""
+
+
+def test_the_column_page_is_generated_from_the_registry():
+    page = (ROOT / "docs" / "columns.md").read_text(encoding="utf-8")
+    assert page == columns.DOC_HEAD + columns.markdown(), "regenerate: python -m perfsuite.results.columns"
+
+
+def test_booleans_and_numbers_are_typed_in_one_place():
+    frame = pd.DataFrame({"unstable": ["True", "false", "", "1"], "vocab": ["7", "8", "9", "10"],
+                          "tp": [None, "2", None, "1"], "variant": [1.0, "x", None, "y"]})  # fmt: skip
+    typed = columns.typed(frame)
+    assert typed["unstable"].tolist()[:2] == [True, False] and typed["unstable"].isna().tolist()[2]
+    assert typed["vocab"].dtype == "int64" and typed["tp"].tolist() == [1, 2, 1, 1]  # tp's default: 1
+    assert typed["variant"].tolist()[:2] == ["1", "x"]
+
+
+def test_a_new_column_is_a_registry_line_and_its_producer(tmp_path, monkeypatch):
+    """A column added the way a contributor adds one (a registry entry, a producer writing it) is in
+    results.csv, typed when loaded, carried by compare, and shown in the report."""
+    new = Column("flush_count", "int", "flushes before the samples", "", columns.KT, compare=True)
+    monkeypatch.setattr(columns, "COLUMNS", (*columns.COLUMNS, new))
+    monkeypatch.setitem(columns.BY_NAME, new.name, new)
+    original = KernelRunner.figures
+    monkeypatch.setattr(KernelRunner, "figures", lambda *a: {**original(*a), "flush_count": 3})
+    scenario = tmp_path / "cols.toml"
+    scenario.write_text(SCENARIO)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(scenario), "--out", str(out), "--no-progress"]) == 0
+    assert "flush_count" in pd.read_csv(out / "results.csv").columns
+    loaded = load_run([out]).frame
+    assert loaded["flush_count"].dtype == "int64" and (loaded["flush_count"] == 3).all()
+    table = compare(load_side(out), load_side(out)).table
+    assert (table["base_flush_count"] == 3).all() and (table["new_flush_count"] == 3).all()
+    assert "<th>flush_count</th>" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_every_column_a_run_writes_is_registered(tmp_path):
+    """Every kind's rows (kernel and draft here; tensor parallel in test_run) and the edge cases."""
+    scenario = tmp_path / "cols.toml"
+    draft = (
+        '[draft]\nvariants = ["full_softmax"]\nvocab = 64\nhidden = 8\nbatch = 2\ntopk = 2\nnum_steps = 2\n'
+    )
+    scenario.write_text(SCENARIO + draft + "cycles = 1\nkernels = false\nselection_share = false\n")
+    out = tmp_path / "out"
+    assert cli.main(["run", str(scenario), "--out", str(out), "--no-progress"]) == 0
+    written = set()
+    for name in ("results.csv", "draft.csv", "edge_cases.csv"):
+        written |= set(pd.read_csv(out / name).columns)
+    for name in ("results.jsonl", "draft.jsonl"):
+        written |= {k for line in (out / name).read_text().splitlines() for k in json.loads(line)}
+    written |= set(json.loads((out / "run.json").read_text())["constants"])
+    assert written - set(columns.registered()) == set()
+
+
+@pytest.mark.parametrize("table_file", ["results.csv", "draft.csv"])
+def test_every_kind_table_puts_the_run_columns_in_run_json_only(table_file):
+    assert not set(columns.table_columns(table_file)) & set(columns.RUN_COLUMNS)
+    assert set(columns.table_columns(table_file, run=True)) >= {"device", "format_version"}
