@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from support import LONG_SWEEP, LONG_SWEEP_CASES, sigterm_once_started
 
-from perfsuite import cli, kernels
+from perfsuite import cli, commands, kernels
 from perfsuite.kernels import resources
 
 ROOT = Path(__file__).parents[1]
@@ -60,7 +60,7 @@ def _broken(args) -> int:
 
 
 def test_an_internal_error_is_one_line_naming_the_traceback_file(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(cli, "_cmd_variants", _broken)
+    monkeypatch.setattr(commands.variants, "run", _broken)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     assert cli.main(["variants"]) == cli.EXIT_INTERNAL
@@ -74,7 +74,7 @@ def test_an_internal_error_is_one_line_naming_the_traceback_file(monkeypatch, ca
 
 
 def test_debug_puts_the_traceback_on_stderr(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_cmd_variants", _broken)
+    monkeypatch.setattr(commands.variants, "run", _broken)
     monkeypatch.setenv(cli.DEBUG_ENV, "1")
     assert cli.main(["variants"]) == cli.EXIT_INTERNAL
     err = capsys.readouterr().err.splitlines()
@@ -89,7 +89,7 @@ def test_sigterm_interrupts_a_command_and_the_handler_is_restored(monkeypatch, c
             time.sleep(0.01)
         return cli.EXIT_OK
 
-    monkeypatch.setattr(cli, "_cmd_variants", waits_for_a_signal)
+    monkeypatch.setattr(commands.variants, "run", waits_for_a_signal)
     before = signal.getsignal(signal.SIGTERM)
     assert cli.main(["variants"]) == cli.EXIT_INTERRUPTED
     assert signal.getsignal(signal.SIGTERM) is before

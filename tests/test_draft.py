@@ -195,16 +195,16 @@ def test_bf16_near_ties_change_draft_tokens_only_without_the_fp32_upcast():
         trees = {name: [t.tree for t in run] for name, run in (("base", base), ("ref", ref), ("ones", ones))}
         exact_trees = [t.tree for t in exact]
         assert compare(trees["ones"], exact_trees, "x")["tok_diff_x"] == 0, "argmax = exact top-1 at k=1"
-        assert compare(exact_trees, trees["ref"], "ref")["tok_diff_ref"] == 0
-        rounding = compare(trees["base"], trees["ref"], "ref")["tok_diff_ref"]
-        parts = split(base, ref, config, "ref")
+        assert compare(exact_trees, trees["ref"], "f64")["tok_diff_f64"] == 0
+        rounding = compare(trees["base"], trees["ref"], "f64")["tok_diff_f64"]
+        parts = split(base, ref, config, "f64")
         if upcast:  # SGLang's draft step: no bf16 softmax rounding
             assert rounding == 0 and compare(exact_trees, trees["base"], "b")["tok_diff_b"] == 0
-            assert parts == {"tie_diff_ref": 0, "precision_diff_ref": 0}
+            assert parts == {"tie_diff_f64": 0, "precision_diff_f64": 0}
         else:
             assert rounding > 0.05, "bf16 softmax rounding picks other tokens: values, never a tie"
             assert compare(exact_trees, trees["base"], "b")["tok_diff_b"] > 0.05
-            assert parts["tie_diff_ref"] == 0 and parts["precision_diff_ref"] >= rounding
+            assert parts["tie_diff_f64"] == 0 and parts["precision_diff_f64"] >= rounding
 
 
 def _highest_index_ties(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -520,8 +520,8 @@ def test_ok_rows_have_cycle_time_share_kernels_and_parity(rows):
     assert row["kernels_per_cycle"] > 10 and row["kernels_unit"] == CPU_UNIT
     assert math.isnan(row["launches_per_cycle"]) and math.isnan(row["device_median_us"])
     assert row["trees"] == 4 and row["selections_per_cycle"] == 2
-    assert row["tok_diff_base"] == 0 and row["tok_diff_ref"] == 0
-    assert row["tie_diff_ref"] == row["precision_diff_ref"] == 0
+    assert row["tok_diff_base"] == 0 and row["tok_diff_f64"] == 0
+    assert row["tie_diff_f64"] == row["precision_diff_f64"] == 0
     assert row["upcast"] == "fp32" and row["selector_dtype"] == "float32"
     assert row["tree_build"] == ORGANISATION and row["engine_setting"] == "sglang"
     assert row["outputs_copied"] is False
@@ -545,15 +545,15 @@ def test_rows_record_the_selector_logits_the_tree_build_and_the_setting(rows):
     for r in near:  # identity keeps the logits' order whatever the logits' dtype
         assert r["status"] == "ok", r["reason"]
         if r["variant"] == "identity":
-            assert r["tok_diff_ref"] == r["tie_diff_ref"] == r["precision_diff_ref"] == 0
+            assert r["tok_diff_f64"] == r["tie_diff_f64"] == r["precision_diff_f64"] == 0
 
 
 def test_parity_split_in_rows(rows):
     tied = _row(rows, variant="full_softmax", logits="ties", topk=2, path="eager")
     exact = _row(rows, variant="identity", logits="ties", topk=2, path="eager")
-    assert exact["tie_diff_ref"] == exact["precision_diff_ref"] == 0, "identity is lowest-index"
-    assert tied["precision_diff_ref"] == 0, "full_softmax differs from float64 by tie order only"
-    assert tied["tie_diff_ref"] == pytest.approx(exact["tie_diff_base"])
+    assert exact["tie_diff_f64"] == exact["precision_diff_f64"] == 0, "identity is lowest-index"
+    assert tied["precision_diff_f64"] == 0, "full_softmax differs from float64 by tie order only"
+    assert tied["tie_diff_f64"] == pytest.approx(exact["tie_diff_base"])
     for r in rows:
         if r["status"] == "ok":
             assert 0 <= r["tie_diff_base"] + r["precision_diff_base"] <= 1
@@ -565,8 +565,8 @@ def test_external_selectors_run_as_draft_variants(rows):
         assert row["status"] == "ok", row["reason"]
         assert row["accuracy"] == "exact"
         # the same trees as identity's (lowest index, exact probabilities): the float64 selection's
-        assert row["tok_diff_ref"] == row["parent_diff_ref"] == row["pos_diff_ref"] == 0
-        assert row["score_relerr_ref"] < 1e-5
+        assert row["tok_diff_f64"] == row["parent_diff_f64"] == row["pos_diff_f64"] == 0
+        assert row["score_relerr_f64"] < 1e-5
     # preallocated outputs are reused call after call: the loop copies them (else, at topk 1, the draft
     # steps overwrite the extend's topk_p, which the tree still holds)
     assert all(r["outputs_copied"] is True for r in rows if r["variant"] == PREALLOCATED)
@@ -591,7 +591,7 @@ def test_compile_path_matches_eager(rows):
     # selected at the accept lengths the row records, like its references (full_softmax's, float64's)
     drawn = accept_lengths(LoopConfig(2, 2, 5, accept="uniform"), 2, 2)
     assert row["accept_lengths"] == "; ".join(" ".join(map(str, n.tolist())) for n in drawn)
-    assert row["tok_diff_ref"] == row["pos_diff_ref"] == 0 and len({*row["accept_lengths"].split()}) > 1
+    assert row["tok_diff_f64"] == row["pos_diff_f64"] == 0 and len({*row["accept_lengths"].split()}) > 1
 
 
 def test_cases_that_cannot_run_or_break_become_rows(rows):

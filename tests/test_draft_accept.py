@@ -202,7 +202,7 @@ def test_rows_record_the_rule_and_the_lengths_used(rows):
         drawn = [t.tolist() for t in accept_lengths(config, r["batch"], 3, seed=0)]
         assert _lengths(r["accept_lengths"]) == drawn, "reproducible from the rule and the seed"
         assert r["accept_mean"] == pytest.approx(sum(map(sum, drawn)) / 9)
-        assert r["tok_diff_ref"] == 0 and r["pos_diff_ref"] == 0, "references on the same lengths"
+        assert r["tok_diff_f64"] == 0 and r["pos_diff_f64"] == 0, "references on the same lengths"
     every = {r["accept"]: r["accept_lengths"] for r in rows if r["topk"] == 2}
     assert set(_lengths(every["all"])[0]) == {r["num_draft_tokens"] for r in rows if r["topk"] == 2}
     assert len(set(every["uniform"].replace(";", "").split())) > 1

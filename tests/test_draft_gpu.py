@@ -173,9 +173,9 @@ def test_draft_rows_on_the_graph_path(monkeypatch):
     )
     fast = [r for r in graph if r["upcast"] == "none"]
     assert len(fast) == 2 and all(r["tree_build"] == FAST_PATH for r in fast)
-    assert all(r["selector_dtype"] == "bfloat16" and r["tok_diff_ref"] == 0 for r in fast)
+    assert all(r["selector_dtype"] == "bfloat16" and r["tok_diff_f64"] == 0 for r in fast)
     engine = next(r for r in fast if r["variant"] == PREALLOCATED)
-    assert engine["outputs_copied"] is True and engine["score_relerr_ref"] < 1e-2
+    assert engine["outputs_copied"] is True and engine["score_relerr_f64"] < 1e-2
     for r in graph:
         eager = next(
             e

@@ -50,7 +50,7 @@ def test_parity_accepts_the_engine_order_as_ties_and_holds_it_exact():
     p, index = variants.get(ENGINE)(logits, 7)
     check = parity.check("exact", p, index, ref)
     assert check.verdict == "pass", check.problem
-    assert check.idx_tie_ref == 1.0 and check.idx_exact_ref < 1.0  # other tokens, equal logits
+    assert check.idx_tie_f64 == 1.0 and check.idx_exact_f64 < 1.0  # other tokens, equal logits
 
 
 def test_at_k1_both_identities_run_the_same_ops():

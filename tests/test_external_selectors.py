@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from perfsuite import cli, variants
+from perfsuite import cli, commands, variants
 from perfsuite.cases.draft import expand_draft
 from perfsuite.correctness import parity
 from perfsuite.scenario import inputs
@@ -106,17 +106,17 @@ def test_external_selectors_run_like_built_ins(tmp_path, entry_point, capsys):
         rows = frame[frame["variant"] == name]
         assert set(rows["status"]) == {"ok"}, (name, rows["reason"].tolist())
         assert set(rows["verdict"]) == {"pass"}, (name, rows["problem"].tolist())
-        assert (rows["median_us"] > 0).all() and (rows["idx_tie_ref"] == 1.0).all()
+        assert (rows["median_us"] > 0).all() and (rows["idx_tie_f64"] == 1.0).all()
     for name in good:
         rows = frame[frame["variant"] == name]
         assert set(rows["accuracy"]) == {"exact"}
         assert (rows["bytes_model"] == rows["bytes_ideal"]).all()  # the ideal traffic, said in the summary
         assert (rows["model_temp_bytes"] == rows["batch"] * rows["vocab"] * 4).all()  # assumed, said too
-        assert (rows["idx_exact_ref"] == 1.0).all()  # lowest index on ties, as declared
+        assert (rows["idx_exact_f64"] == 1.0).all()  # lowest index on ties, as declared
     for name in argmax:
         rows = frame[frame["variant"] == name]
         assert set(rows["status"]) == {"ok"} and set(rows["accuracy"]) == {"inexact"}
-        assert (rows["idx_exact_ref"] == 1.0).all()
+        assert (rows["idx_exact_f64"] == 1.0).all()
         # topk_p is 1.0: right where the top token holds all the mass, inexact elsewhere
         assert "inexact" in set(rows["verdict"]) and set(rows["verdict"]) <= {"pass", "inexact"}
     broken = frame[frame["variant"] == spec("wrong_shape")]
@@ -169,7 +169,7 @@ def test_indices_only_selectors_are_judged_on_their_indices(name):
     assert "indices only, topk_p = 1.0 (declared exact; judged on indices)" in variant.summary
     assert torch.equal(p, torch.ones(3, 2)) and index.dtype == torch.int64
     check = parity.check(variant.accuracy, p, index, parity.truth(logits, 2))
-    assert check.verdict == "inexact" and check.idx_exact_ref == 1.0
+    assert check.verdict == "inexact" and check.idx_exact_f64 == 1.0
 
 
 def test_an_indices_only_selector_with_wrong_indices_fails_parity():
@@ -319,7 +319,7 @@ def test_variant_on_the_command_line_also_replaces_a_draft_tables_variants(tmp_p
     path = tmp_path / "draft_only.toml"
     path.write_text(DRAFT_ONLY)
     args = argparse.Namespace(scenario=str(path), variant=["full_softmax", spec("exact_topk")])
-    cases = expand_draft(cli._scenario(args))
+    cases = expand_draft(commands.scenario_of(args))
     assert {c.variant for c in cases} == {"full_softmax", spec("exact_topk")}
     # a tensor-parallel name is fine for a kernel sweep, not for a draft table: one line, exit 2
     out = tmp_path / "out"

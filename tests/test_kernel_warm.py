@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from perfsuite import kernels, variants
+from perfsuite import cli, kernels, variants
 from perfsuite.core.dtypes import dtype_of
 from perfsuite.kernels import plan as plans
 from perfsuite.scenario.inputs import make_logits
@@ -211,44 +211,21 @@ def test_a_signal_stops_the_workers_and_exits_130(tmp_path, signum):
 
 def test_without_a_gpu_there_is_nothing_to_warm(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(kernels.INTERPRET_ENV, raising=False)
-    assert warm.main([str(_scenario(tmp_path, TINY))]) == warm.EXIT_OK
+    assert cli.main(["warm", str(_scenario(tmp_path, TINY))]) == warm.EXIT_OK
     assert "no GPU here (cpu): nothing to warm" in capsys.readouterr().out
 
 
 def test_bad_input_is_one_message(tmp_path, capsys):
-    assert warm.main([str(tmp_path / "missing.toml")]) == warm.EXIT_USAGE
+    assert cli.main(["warm", str(tmp_path / "missing.toml")]) == warm.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("warm: ") and len(err.strip().splitlines()) == 1
     with pytest.raises(SystemExit) as exited:
-        warm.main([str(tmp_path / "missing.toml"), "--jobs", "0"])
+        cli.main(["warm", str(tmp_path / "missing.toml"), "--jobs", "0"])
     assert exited.value.code == 2 and "argument --jobs: expected an integer >= 1" in capsys.readouterr().err
-    assert warm.main([]) == warm.EXIT_USAGE
+    assert cli.main(["warm"]) == warm.EXIT_USAGE
     assert capsys.readouterr().err == (
         "warm: nothing to warm: give a SCENARIO, --candidates SCENARIO or --check SELECTOR\n"
     )
-
-
-def test_perfsuite_warm_is_the_same_command(tmp_path, monkeypatch, capsys):
-    """`perfsuite warm` parses the same options and exits as `python -m perfsuite.tools.warm` does."""
-    from perfsuite import cli
-
-    missing = str(tmp_path / "missing.toml")
-    for argv in ([missing], [], [missing, "--budget", "0"]):
-        try:
-            alias = warm.main(argv)
-        except SystemExit as exited:
-            alias = exited.code
-        alias_err = capsys.readouterr().err.splitlines()[-1]  # usage lines wrap by the program's name
-        try:
-            command = cli.main(["warm", *argv])
-        except SystemExit as exited:
-            command = exited.code
-        command_err = capsys.readouterr().err.splitlines()[-1]
-        assert command == alias == warm.EXIT_USAGE
-        assert command_err == alias_err.replace("python -m perfsuite.tools.warm", "perfsuite warm")
-    monkeypatch.delenv(kernels.INTERPRET_ENV, raising=False)
-    assert cli.main(["warm", str(_scenario(tmp_path, TINY)), "--jobs", "1"]) == warm.EXIT_OK
-    assert "no GPU here (cpu): nothing to warm" in capsys.readouterr().out
 
 
 def test_the_battery_plan_is_what_the_battery_launches(recorded):

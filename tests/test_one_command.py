@@ -1,10 +1,9 @@
-"""One command: `perfsuite warm`, `perfsuite summary` and `perfsuite tp-page` are subcommands of
-`perfsuite`, their options defined once in their modules, which `perfsuite` imports only when they run;
-`python -m perfsuite.tools.warm`, `perfsuite.report.summary` and `perfsuite.report.tp_section` stay as
-aliases. (Each command's own tests: tests/test_kernel_warm.py, tests/test_summary.py.)"""
+"""One command line: every command a module of perfsuite/commands (its options and its run), the options
+several share declared once, cli.py thin; the commands' domain modules imported only when they run."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -13,15 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfsuite import cli
-from perfsuite.report import tp_section
+from perfsuite import cli, commands
 
 ROOT = Path(__file__).parents[1]
-COMMANDS = {
-    "warm": "perfsuite.tools.warm",
-    "summary": "perfsuite.report.summary",
-    "tp-page": "perfsuite.report.tp_section",
-}
+NAMES = [command.NAME for command in cli.COMMANDS]
 
 
 def _python(*args: str) -> subprocess.CompletedProcess:
@@ -59,54 +53,63 @@ def test_help_lists_the_commands(capsys):
         cli.main(["--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    for name in COMMANDS:
-        assert f"\n    {name} " in out
-    assert "| warm | summary | tp-page" in out and "124  `warm` stopped at its --budget" in out
+    assert all(f"\n    {name} " in out for name in NAMES) and "124  `warm` stopped at its --budget" in out
+    assert len((ROOT / "perfsuite" / "cli.py").read_text().splitlines()) < 250
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_each_command_has_its_modules_options(name, capsys):
+@pytest.mark.parametrize("command", cli.COMMANDS, ids=NAMES)
+def test_each_command_has_its_modules_options(command, capsys):
     with pytest.raises(SystemExit) as exited:
-        cli.main([name, "--help"])
+        cli.main([command.NAME, "--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    own = {"warm": "--budget BUDGET", "summary": "--tuned TUNED", "tp-page": "--out OUT"}[name]
-    assert out.startswith(f"usage: perfsuite {name} ") and own in out
+    own = argparse.ArgumentParser()
+    command.add_arguments(own)
+    options = [o for action in own._actions for o in action.option_strings if o != "-h"]
+    assert out.startswith(f"usage: perfsuite {command.NAME}") and all(o in out for o in options)
 
 
-def test_the_commands_modules_are_imported_only_when_they_run():
+def test_the_shared_options_are_declared_once():
+    sub = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {
+        name: tuple(a.help for a in sub.choices[name]._actions if a.dest in ("device", "threads"))
+        for name in ("run", "profile", "call", "tune")
+    }
+    assert len(set(helps.values())) == 1 and len(helps["run"]) == 2
+
+
+def test_the_commands_domain_modules_are_imported_only_when_they_run():
+    domain = [
+        "perfsuite.sweep",
+        "perfsuite.report.summary",
+        "perfsuite.tools.warm",
+        "perfsuite.compare.match",
+    ]
     probe = (
         "import sys; from perfsuite import cli; p = cli.parser(); p.parse_args(['variants']); "
-        f"print(sorted(m for m in {sorted(COMMANDS.values())!r} if m in sys.modules)); "
-        "p.parse_args(['summary', 'x.csv']); print('perfsuite.report.summary' in sys.modules)"
+        f"print(sorted(m for m in {domain!r} if m in sys.modules))"
     )
     done = _python("-c", probe)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["[]", "True"]
+    assert done.stdout.split("\n")[0] == "[]"
 
 
-def test_tp_page_is_the_alias_command(tmp_path, capsys):
+def test_tp_page_reads_any_results_file(tmp_path, capsys):
     rows = tmp_path / "tp2.jsonl"
     tp_frame().to_json(rows, orient="records", lines=True)
-    assert tp_section.main([str(rows), "--out", str(tmp_path / "alias.html")]) == 0
-    alias = capsys.readouterr().out
-    assert cli.main(["tp-page", str(rows), "--out", str(tmp_path / "command.html")]) == 0
+    assert cli.main(["tp-page", str(rows), "--out", str(tmp_path / "page.html")]) == 0
     out = capsys.readouterr().out
-    assert out == alias and "speedup" in out and "2.5" in out
-    assert "<html" in (tmp_path / "command.html").read_text()
-    for main, argv in ((tp_section.main, []), (cli.main, ["tp-page"])):
-        assert main([*argv, str(tmp_path / "missing.jsonl")]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("perfsuite tp-page: ") and "missing.jsonl" in err and len(err.splitlines()) == 1
+    assert "speedup" in out and "2.5" in out and "<html" in (tmp_path / "page.html").read_text()
+    csv = tmp_path / "tp2.csv"
+    tp_frame().to_csv(csv, index=False)
+    assert cli.main(["tp-page", str(csv)]) == 0 and capsys.readouterr().out == out
+    assert cli.main(["tp-page", str(tmp_path / "missing.jsonl")]) == commands.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("perfsuite: ") and "missing.jsonl" in err and len(err.splitlines()) == 1
 
 
-def test_the_python_m_aliases_still_work(tmp_path):
-    rows = tmp_path / "tp2.csv"
-    tp_frame().to_csv(rows, index=False)
-    page = _python("-m", COMMANDS["tp-page"], str(rows))
-    assert page.returncode == 0 and "speedup" in page.stdout, page.stderr
-    missing = str(tmp_path / "missing.csv")
-    summary = _python("-m", COMMANDS["summary"], missing)
-    assert summary.returncode == 2 and summary.stderr.startswith("perfsuite summary: "), summary.stderr
-    warm = _python("-m", COMMANDS["warm"])
+def test_python_m_perfsuite_runs_the_commands(tmp_path):
+    summary = _python("-m", "perfsuite", "summary", str(tmp_path / "missing.csv"))
+    assert summary.returncode == 2 and summary.stderr.startswith("perfsuite: "), summary.stderr
+    warm = _python("-m", "perfsuite", "warm")
     assert warm.returncode == 2 and "warm: nothing to warm" in warm.stderr, warm.stderr

@@ -102,10 +102,10 @@ def synthetic_rows(
                 * (2 if variant == "full_softmax" else 4 if variant == "identity" else 0),
                 "verdict": {"rounded": "pass", "inexact": "inexact", "exact": "pass"}[accuracy],
                 "problem": "topk_p off by up to 4.2 relative" if variant == "argmax_ones" else "",
-                "idx_exact_ref": 0.99 if dtype == "bfloat16" and variant == "full_softmax" else 1.0,
-                "idx_tie_ref": 0.995 if dtype == "bfloat16" and variant == "full_softmax" else 1.0,
-                "top1_mismatch_ref": 0.005 * (kind == "ties") if variant == "full_softmax" else 0.0,
-                "p_relerr_ref": 4.2 if variant == "argmax_ones" else 1e-7,
+                "idx_exact_f64": 0.99 if dtype == "bfloat16" and variant == "full_softmax" else 1.0,
+                "idx_tie_f64": 0.995 if dtype == "bfloat16" and variant == "full_softmax" else 1.0,
+                "top1_mismatch_f64": 0.005 * (kind == "ties") if variant == "full_softmax" else 0.0,
+                "p_relerr_f64": 4.2 if variant == "argmax_ones" else 1e-7,
                 "idx_exact_base": 1.0,
                 "idx_tie_base": 1.0,
                 "p_relerr_base": 0.0,
@@ -292,12 +292,12 @@ def test_report_summary_and_tables(report_html: str) -> None:
         report_html.index('<section id="summary">') : report_html.index('<section id="plots">')
     ]
     assert "Fastest exact variant" in summary and "triton_fused" in summary  # the fastest exact one
-    assert "max p_relerr_ref" in summary and "4.2" in summary  # what argmax_ones costs
+    assert "max p_relerr_f64" in summary and "4.2" in summary  # what argmax_ones costs
     assert "different top token" in summary
     parity = report_html[
         report_html.index('<section id="parity">') : report_html.index('<section id="edge-cases">')
     ]
-    assert "inexact" in parity and "min idx_tie_ref" in parity
+    assert "inexact" in parity and "min idx_tie_f64" in parity
     skipped = report_html[
         report_html.index('<section id="skipped">') : report_html.index('<section id="results">')
     ]
@@ -322,7 +322,7 @@ def test_report_all_skipped(frame: pd.DataFrame, tmp_path: Path) -> None:
     skipped = frame.copy()
     skipped["status"] = "skipped"
     skipped["reason"] = "no device"
-    for column in ("median_us", "p20_us", "p80_us", "verdict", "top1_mismatch_ref", "pct_peak", "gbps"):
+    for column in ("median_us", "p20_us", "p80_us", "verdict", "top1_mismatch_f64", "pct_peak", "gbps"):
         skipped[column] = math.nan
     html = build_report(Run.of(skipped), tmp_path).read_text(encoding="utf-8")
     assert "no device" in html and "nothing to plot" in html and "not drawn (" not in html

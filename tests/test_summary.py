@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from perfsuite import cli
 from perfsuite.report import summary
 from perfsuite.results.write import to_frame
 
@@ -73,30 +74,12 @@ def test_markdown_and_command(tmp_path, capsys):
     path = tmp_path / "results.csv"
     frame().to_csv(path, index=False)
     out = tmp_path / "summary.md"
-    assert summary.main([str(path), "--out", str(out)]) == 0
+    assert cli.main(["summary", str(path), "--out", str(out)]) == 0
     text = out.read_text()
     assert "| device | path |" in text and "triton_auto" in text and "Triton targets" in text
     assert "3 ok" not in text and "12 ok, 1 skipped" in text
-    assert summary.main([str(tmp_path / "missing.csv")]) == 2
-    assert "missing.csv" in capsys.readouterr().err
-
-
-def test_perfsuite_summary_is_the_same_command(tmp_path, capsys):
-    """`perfsuite summary` prints and writes what `python -m perfsuite.report.summary` does, and exits
-    2 on the same bad input."""
-    from perfsuite import cli
-
-    path = tmp_path / "results.csv"
-    frame().to_csv(path, index=False)
-    assert summary.main([str(path), "--out", str(tmp_path / "alias.md")]) == 0
-    alias = capsys.readouterr()
-    assert cli.main(["summary", str(path), "--out", str(tmp_path / "command.md")]) == 0
-    command = capsys.readouterr()
-    assert command.out == alias.out and "Triton targets" in command.out
-    assert (tmp_path / "command.md").read_text() == (tmp_path / "alias.md").read_text()
     assert cli.main(["summary", str(tmp_path / "missing.csv")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("perfsuite summary: ") and "missing.csv" in err
+    assert "missing.csv" in capsys.readouterr().err
 
 
 def test_the_tuned_table_beside_the_results_joins_the_summary(tmp_path, capsys):
@@ -108,7 +91,7 @@ def test_the_tuned_table_beside_the_results_joins_the_summary(tmp_path, capsys):
     entry = plan_table.TunedShape("bfloat16", 1, 151936, 1, best, median_us=8.0, heuristic_us=10.0)
     table = plan_table.TunedTable("NVIDIA H200", 132, 32, {}, "graph", (entry,))
     (tmp_path / "tuned.json").write_text(table.to_json())
-    assert summary.main([str(path)]) == 0
+    assert cli.main(["summary", str(path)]) == 0
     printed = capsys.readouterr().out
     assert "## Tuned plans (NVIDIA H200, graph path" in printed
     assert (
@@ -116,8 +99,8 @@ def test_the_tuned_table_beside_the_results_joins_the_summary(tmp_path, capsys):
         in printed
     )
     (tmp_path / "tuned.json").write_text("{}")
-    assert summary.main([str(path)]) == 2  # a broken table is a one-line error
-    assert "perfsuite summary:" in capsys.readouterr().err
+    assert cli.main(["summary", str(path)]) == 2  # a broken table is a one-line error
+    assert "perfsuite: " in capsys.readouterr().err
 
 
 def with_columns(rows_: list[dict[str, object]], **columns: dict[str, object]) -> list[dict[str, object]]:

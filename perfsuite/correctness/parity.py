@@ -77,10 +77,10 @@ class Parity:
     """How one selection compares with the float64 reference and the baseline, over its finite rows."""
 
     verdict: str  # pass | inexact | fail (finite rows); "n/a" when there are none
-    idx_exact_ref: float  # share of [row, slot] with the reference's index
-    idx_tie_ref: float  # ... or an index whose logit equals the reference's (a tie)
-    top1_mismatch_ref: float  # share of rows whose first token is not (a tie of) the reference's
-    p_relerr_ref: float  # max relative error of topk_p against float64 at the variant's own indices
+    idx_exact_f64: float  # share of [row, slot] with the reference's index
+    idx_tie_f64: float  # ... or an index whose logit equals the reference's (a tie)
+    top1_mismatch_f64: float  # share of rows whose first token is not (a tie of) the reference's
+    p_relerr_f64: float  # max relative error of topk_p against float64 at the variant's own indices
     idx_exact_base: float  # the same against the full_softmax baseline
     idx_tie_base: float
     p_relerr_base: float  # max relative difference of topk_p from the baseline's, where indices agree

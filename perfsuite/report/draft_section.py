@@ -43,9 +43,9 @@ BASE_SHARES = (
     ("broken trees", "orphan_trees", "invalid"),
 )
 REF_SHARES = (
-    ("tokens differ vs float64", "tok_diff_ref", "loss"),
-    ("tie-order vs float64", "tie_diff_ref", "differs"),
-    ("precision vs float64", "precision_diff_ref", "loss"),
+    ("tokens differ vs float64", "tok_diff_f64", "loss"),
+    ("tie-order vs float64", "tie_diff_f64", "differs"),
+    ("precision vs float64", "precision_diff_f64", "loss"),
 )
 NUMERIC = (
     *SHAPE_KEYS,
@@ -234,7 +234,7 @@ def _parity_blocks(ok: pd.DataFrame) -> list[Block]:
     blocks: list[Block] = []
     if not tokens.empty:
         title = "Share of draft trees whose tokens differ from full_softmax's"
-        bar = {"color": "variant", "hover_data": ["parent_diff_base", "score_relerr_base", "tok_diff_ref"]}
+        bar = {"color": "variant", "hover_data": ["parent_diff_base", "score_relerr_base", "tok_diff_f64"]}
         blocks.append(_bars("draft-token-diff", title, tokens, "tok_diff_base", "share of trees", **bar))
     if not split.empty:
         long = split.melt(

@@ -495,9 +495,9 @@ def _memory_table(agg: pd.DataFrame, unit: str) -> Table:
 
 def mismatch_figure(ctx: Context) -> list[Block]:
     """Headline: how often full_softmax's top token is not the float64 reference's, per dtype and logits."""
-    base = ctx.frame[(ctx.frame["variant"] == BASELINE) & ctx.frame["top1_mismatch_ref"].notna()]
+    base = ctx.frame[(ctx.frame["variant"] == BASELINE) & ctx.frame["top1_mismatch_f64"].notna()]
     if base.empty:
-        return [Note("Top-1 mismatch: full_softmax has no top1_mismatch_ref values, figure skipped.")]
+        return [Note("Top-1 mismatch: full_softmax has no top1_mismatch_f64 values, figure skipped.")]
     keys = [ctx.unit, "dtype", "logits"]
     agg = base.groupby(keys).apply(_weighted_mismatch, include_groups=False).reset_index()
     agg["percent"] = 100 * agg["mismatch"]
@@ -541,7 +541,7 @@ def _mismatch_bars(agg: pd.DataFrame, title: str, facet: str | None) -> go.Figur
 
 def _weighted_mismatch(part: pd.DataFrame) -> pd.Series:
     weights = part["finite_rows"].fillna(0)
-    share = part["top1_mismatch_ref"]
+    share = part["top1_mismatch_f64"]
     mismatch = float((share * weights).sum() / weights.sum()) if weights.sum() > 0 else float(share.mean())
     return pd.Series(
         {

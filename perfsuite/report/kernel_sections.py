@@ -330,7 +330,7 @@ def _argmax_table(ctx: Context) -> list[Block]:
         exact_best.median().groupby(case, dropna=False).min().rename("exact_us") if len(exact) else None
     )
     cases = shortcut.groupby(case, dropna=False).agg(
-        us=("median_us", "median"), speedup=("speedup_vs_full", "median"), relerr=("p_relerr_ref", "max")
+        us=("median_us", "median"), speedup=("speedup_vs_full", "median"), relerr=("p_relerr_f64", "max")
     )
     if exact_best is not None:
         cases = cases.join(exact_best, how="left")
@@ -346,7 +346,7 @@ def _argmax_table(ctx: Context) -> list[Block]:
         "best (at B×V)",
         "vs fastest exact (median)",
         "vs fastest exact (best)",
-        "max p_relerr_ref",
+        "max p_relerr_f64",
     ]
     caption = (
         f"Where {INEXACT_SHORTCUT} (argmax of the logits, topk_p = 1.0) would save time: its speedup over "
@@ -518,11 +518,11 @@ def _parity_table(ctx: Context) -> Block:
     verdicts += sorted(set(data["verdict"]) - set(verdicts))
     counts = data.groupby([*keys, "verdict"]).size().unstack("verdict", fill_value=0)
     stats = data.groupby(keys).agg(
-        p_relerr_ref=("p_relerr_ref", "max"),
-        idx_tie_ref=("idx_tie_ref", "min"),
+        p_relerr_f64=("p_relerr_f64", "max"),
+        idx_tie_f64=("idx_tie_f64", "min"),
         idx_exact_base=("idx_exact_base", "min"),
         idx_tie_base=("idx_tie_base", "min"),
-        top1_mismatch_ref=("top1_mismatch_ref", "max"),
+        top1_mismatch_f64=("top1_mismatch_f64", "max"),
     )
     table = counts.reindex(columns=verdicts, fill_value=0).join(stats).reset_index()
     order = {v: i for i, v in enumerate(ctx.variants)}
@@ -531,22 +531,22 @@ def _parity_table(ctx: Context) -> Block:
     for rec in table.to_dict("records"):
         row: list[Cell | str] = [str(rec[k]) for k in keys]
         row += [Cell(str(rec[v]), "loss" if v == "fail" and rec[v] else "") for v in verdicts]
-        row += [Cell(fmt.number(rec["p_relerr_ref"]), "differs" if rec["p_relerr_ref"] > 1e-3 else "")]
-        row += [Cell(fmt.percent(rec["idx_tie_ref"]), "differs" if rec["idx_tie_ref"] < 1 else "")]
+        row += [Cell(fmt.number(rec["p_relerr_f64"]), "differs" if rec["p_relerr_f64"] > 1e-3 else "")]
+        row += [Cell(fmt.percent(rec["idx_tie_f64"]), "differs" if rec["idx_tie_f64"] < 1 else "")]
         row += [
             fmt.percent(rec["idx_exact_base"]),
             fmt.percent(rec["idx_tie_base"]),
-            fmt.percent(rec["top1_mismatch_ref"]),
+            fmt.percent(rec["top1_mismatch_f64"]),
         ]
         rows.append(row)
     columns = [
         *keys,
         *verdicts,
-        "max p_relerr_ref",
-        "min idx_tie_ref",
+        "max p_relerr_f64",
+        "min idx_tie_f64",
         "min idx_exact_base",
         "min idx_tie_base",
-        "max top1_mismatch_ref",
+        "max top1_mismatch_f64",
     ]
     return Table(columns, rows, "Agreement figures are minima over cases (worst case); errors are maxima.")
 

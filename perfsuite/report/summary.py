@@ -17,8 +17,6 @@ shape's best plan against the heuristic. Warnings (a shared machine, unstable ca
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,7 +36,6 @@ from perfsuite.report.kernel_context import (
 )
 from perfsuite.results.columns import BASELINE, add_speedups
 from perfsuite.results.columns import complete as coerce
-from perfsuite.results.run import load_run
 
 CASE = ["device", "path", "dtype", "vocab", "batch", "topk"]
 """The case keys every summary has; `case_keys` adds run and l2 where they vary."""
@@ -417,45 +414,3 @@ def tuned_markdown(path: Path) -> str:
     table = plan_table.TunedTable.from_json(path.read_text())
     title = f"\n## Tuned plans ({table.device}, {table.path} path, `perfsuite tune`)\n"
     return title + to_markdown(pd.DataFrame(table.summary()))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `perfsuite summary` (and of its alias `python -m perfsuite.report.summary`)."""
-    parser.description = " ".join(__doc__[: __doc__.index("\n\n")].split())
-    parser.add_argument("results", nargs="+", help="results.csv / .json / .jsonl or run folders")
-    parser.add_argument("--out", help="write the markdown here too")
-    parser.add_argument("--csv", help="also write its rows, every column on every row (the run's too)")
-    parser.add_argument("--tuned", help="a tuned-plan table to add (default: tuned.json beside the results)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m perfsuite.report.summary`: an alias of `perfsuite summary`."""
-    parser = argparse.ArgumentParser(prog="python -m perfsuite.report.summary")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print (and with --out write) the summary of `args.results`: 0, or 2 on unreadable input."""
-    first = Path(args.results[0])
-    tuned_file = (
-        Path(args.tuned) if args.tuned else (first if first.is_dir() else first.parent) / "tuned.json"
-    )
-    try:
-        run = load_run(args.results)
-        text = summary_markdown(run.frame, notes=run.notes)
-        if args.csv:
-            run.frame.to_csv(args.csv, index=False)
-        if args.tuned or tuned_file.exists():
-            text += tuned_markdown(tuned_file)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        print(f"perfsuite summary: {exc}", file=sys.stderr)
-        return 2
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,17 +6,13 @@ table and a figure per tp (plotly only to draw a figure; without it a note in it
 
 from __future__ import annotations
 
-import argparse
-import sys
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import Block, Note, Section, Table, figure_block, guarded_section
-from perfsuite.report.page import render_page
 from perfsuite.variants import tensor_parallel
 
 if TYPE_CHECKING:
@@ -100,48 +96,3 @@ def figure(rows: pd.DataFrame, tp: int) -> go.Figure:
     fig.update_yaxes(type="log")
     fig.update_layout(title=_figure_title(tp), barmode="group", template="plotly_white", height=620)
     return fig
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `perfsuite tp-page` (and of its alias `python -m perfsuite.report.tp_section`)."""
-    parser.description = "Print the tensor-parallel comparison of result files; with --out, write a page."
-    parser.add_argument("results", nargs="+", help="results.jsonl / tp*.jsonl / results.csv")
-    parser.add_argument("--out", help="write a standalone HTML page here")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m perfsuite.report.tp_section`: an alias of `perfsuite tp-page`."""
-    parser = argparse.ArgumentParser(prog="python -m perfsuite.report.tp_section")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print the comparison table of `args.results` (JSON lines or CSV), write a page with --out: 0, or 2
-    on unreadable input (one line)."""
-    from perfsuite.core.console import first_line
-
-    try:
-        frames = [pd.read_csv(f) if f.endswith(".csv") else pd.read_json(f, lines=True) for f in args.results]
-    except (OSError, ValueError) as exc:
-        print(f"perfsuite tp-page: {first_line(exc, 300)}", file=sys.stderr)
-        return 2
-    frame = pd.concat(frames, ignore_index=True)
-    counts = frame.groupby(["tp", "status"]).size().unstack(fill_value=0) if "tp" in frame else frame
-    print(counts.to_string())
-    if "verdict" in frame:
-        failed = frame[frame["verdict"] == "fail"]
-        for row in failed.itertuples():
-            print(f"PARITY FAIL {row.case_id}: {row.problem}")
-    rows = tp_rows(frame)
-    print(comparison(rows).to_string(index=False))
-    if args.out:  # plotly.js inlined (no network needed to view it); without plotly a note on the plots
-        subtitle = f"{len(rows)} measured tensor-parallel cases"
-        page = render_page(PAGE_TITLE, subtitle, [section(frame)], REPORT_AGAIN)
-        Path(args.out).write_text(page, encoding="utf-8")
-        print(f"wrote {args.out}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -28,7 +28,8 @@ FORMAT_HISTORY: dict[int, str] = {
     1: "everything before versioning (no format_version; files from before tp read as tp 1)",
     2: "format_version on every row and in run.json; the in-turn reference's columns ('logits copy')",
     3: "the in-turn reference is an exp of the logits ('logits exp'); CPU times are thread CPU time",
-    4: "run columns (machine, versions, label, format) once in run.json's constants, not on every row",
+    4: "run columns (machine, versions, label, format) once in run.json's constants, not on every row; the "
+    "float64 parity columns end in _f64 (were _ref, a word the in-turn reference's columns keep)",
 }
 FORMAT_COLUMN = "format_version"
 
@@ -131,10 +132,10 @@ COLUMNS: tuple[Column, ...] = (
             model_temp_bytes="largest temporary by the variant's model"),
     *_group("category", KT, compare=True, verdict="parity against float64: pass | inexact | fail | n/a"),
     *_group("text", KT, problem="what the parity check found"),
-    *_group("float", KT, "share", idx_exact_ref="share of slots with the float64 truth's index",
-            idx_tie_ref="... or a different index with an equal logit",
-            top1_mismatch_ref="share of rows whose top token is not (a tie of) the float64 truth's"),
-    *_group("float", KT, "ratio", p_relerr_ref="max relative error of topk_p against float64"),
+    *_group("float", KT, "share", idx_exact_f64="share of slots with the float64 truth's index",
+            idx_tie_f64="... or a different index with an equal logit",
+            top1_mismatch_f64="share of rows whose top token is not (a tie of) the float64 truth's"),
+    *_group("float", KT, "ratio", p_relerr_f64="max relative error of topk_p against float64"),
     *_group("float", KT, "share", idx_exact_base="share of slots with full_softmax's index",
             idx_tie_base="... or an equal-logit index"),
     *_group("float", KT, "ratio", p_relerr_base="max relative difference of topk_p from full_softmax"),
@@ -171,17 +172,17 @@ COLUMNS: tuple[Column, ...] = (
             "scores differ (same tokens) | tokens differ"),
     *_group("float", DR, "share", orphan_trees="share of trees with a token whose parent was not drafted",
             **{f"{what}_diff_{against}": f"share of trees whose {text} differ from {who}"
-               for against, who in (("base", "full_softmax's"), ("ref", "the float64 selection's"),
+               for against, who in (("base", "full_softmax's"), ("f64", "the float64 selection's"),
                                     ("eager", "the eager path's"))
                for what, text in (("tok", "draft tokens"), ("parent", "parent lists"),
                                   ("pos", "chosen positions"))},
             tie_diff_base="... of trees differing from full_softmax's, those whose first difference is a tie",
             precision_diff_base="... those whose first difference has other values (rounding, 1.0)",
             step0_diff_base="share of trees whose draft-extend top-k tokens differ from full_softmax's",
-            tie_diff_ref="... of trees differing from the float64 selection's, first by a tie",
-            precision_diff_ref="... first by other values"),
+            tie_diff_f64="... of trees differing from the float64 selection's, first by a tie",
+            precision_diff_f64="... first by other values"),
     *_group("float", DR, **{f"score_{e}_{against}": f"max {kind} score difference from {who}"
-                            for against, who in (("base", "full_softmax"), ("ref", "the float64 selection"),
+                            for against, who in (("base", "full_softmax"), ("f64", "the float64 selection"),
                                                  ("eager", "the eager path"))
                             for e, kind in (("abserr", "absolute"), ("relerr", "relative"))}),
     *_group("category", EC, pattern="the edge-case row pattern (correctness.edge_cases.PATTERNS)"),
@@ -216,6 +217,8 @@ COLUMNS: tuple[Column, ...] = (
 # fmt: on
 BY_NAME = {c.name: c for c in COLUMNS}
 RUN_COLUMNS = tuple(c.name for c in COLUMNS if c.per_run)
+RENAMED = {f"{c.name[:-4]}_ref": c.name for c in COLUMNS if c.name.endswith("_f64")}
+"""Columns of formats 1-3 under their names since (a file of an older format loads under today's names)."""
 CASE_KEYS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2", "tp")
 """Columns that identify a kernel case: rows of two runs match when these match (and the device)."""
 BENCH_COLUMNS = ("bench_name", "bench_group")

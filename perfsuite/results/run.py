@@ -86,10 +86,11 @@ def load_run(paths: Sequence[str | Path], shards: bool = True, **given: str | Pa
 def _one(path: Path, companions: bool) -> tuple[Run, str]:
     """One results file or run folder, and its run's label; with `companions`, its other tables too."""
     file = _resolve(path)
-    folder = file.parent
+    folder = file.parent if file is not None else path
     manifest = read_manifest(folder) or {}
     constants = manifest.get("constants") or {}
-    tables = {PRIMARY: _joined(read_rows(file), constants, PRIMARY)}
+    rows = read_rows(file) if file is not None else pd.DataFrame(columns=["variant"])
+    tables = {PRIMARY: _joined(rows, constants, PRIMARY)}
     for table_file in (*kinds.table_files()[1:], EDGE_CASES) if companions else ():
         if (folder / table_file).is_file():
             tables[table_file] = _joined(read_rows(folder / table_file, (table_file,)), constants, table_file)
@@ -100,7 +101,7 @@ def _one(path: Path, companions: bool) -> tuple[Run, str]:
 def _joined(frame: pd.DataFrame, constants: dict, table_file: str) -> pd.DataFrame:
     """`frame` with every column of its table, the run columns its rows lack taken from the run's
     constants (`run.json`); what is still missing reads as the registry's default (tp 1, format 1)."""
-    frame = frame.copy()
+    frame = frame.rename(columns=columns.RENAMED)
     for name, value in constants.items():
         frame[name] = frame[name].where(frame[name].notna(), value) if name in frame else value
     return columns.ordered(frame, table_file, run=True)
@@ -125,11 +126,15 @@ def _stack(parts: list[tuple[Run, str]], label: str | None) -> Run:
     return Run(tables, samples, notes, [f for r in runs for f in r.folders])
 
 
-def _resolve(path: Path) -> Path:
+def _resolve(path: Path) -> Path | None:
+    """The results file a path names: itself, or a run folder's (None: a folder with only another kind's
+    table, a draft-only run)."""
     if path.is_dir():
         for name in RESULTS_FILES:
             if (path / name).is_file():
                 return path / name
+        if any((path / name).is_file() for name in kinds.table_files()[1:]):
+            return None
         raise ValueError(f"{path}: directory without {', '.join(RESULTS_FILES)}")
     if not path.exists():
         raise ValueError(f"{path}: no such file")

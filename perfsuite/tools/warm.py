@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from perfsuite import kernels, variants
-from perfsuite.core.console import first_line, interruptible, number_at_least
+from perfsuite.core.console import first_line, interruptible
 from perfsuite.core.dtypes import dtype_of
 from perfsuite.kernels import launch_log
 from perfsuite.kernels import plan as plans
@@ -292,44 +292,8 @@ def _run_pool(
     return done, stopped
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `perfsuite warm` (and of its alias `python -m perfsuite.tools.warm`)."""
-    parser.description = (
-        "Fill Triton's compile cache for every launch the given scenarios and conformance battery make, in "
-        "parallel worker processes on this GPU."
-    )
-    parser.add_argument("scenario", nargs="*", help="its sweep, edge-case matrix and draft cases")
-    parser.add_argument("--tune", action="store_true", help="also every plan `perfsuite tune` times for them")
-    parser.add_argument(
-        "--candidates", action="append", default=[], metavar="SCENARIO",
-        help="only every plan `perfsuite tune SCENARIO` times, first (repeat)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--check", action="append", default=[], metavar="SELECTOR",
-        help="the conformance battery's launches on this selector, last (repeat)",
-    )  # fmt: skip
-    parser.add_argument("--quick", action="store_true", help="the battery's --quick subset")
-    parser.add_argument("--case", action="append", default=[], help="the battery's --case globs (repeat)")
-    parser.add_argument("--dtype", action="append", default=[], help="the battery's --dtype (repeat)")
-    parser.add_argument("--device", default="auto", help="without a scenario: auto, cuda, cuda:N")
-    parser.add_argument(
-        "--keys", type=Path, help="skip the keys this file lists (warmed before), add the ones warmed now"
-    )
-    jobs = {"type": number_at_least(1), "default": os.cpu_count() or 1}
-    parser.add_argument("--jobs", **jobs, help="worker processes (default: the CPUs)")
-    budget = number_at_least(0, float, strict=True)
-    parser.add_argument("--budget", type=budget, help="stop after this many seconds (exit 124)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m perfsuite.tools.warm`: an alias of `perfsuite warm`."""
-    parser = argparse.ArgumentParser(prog="python -m perfsuite.tools.warm")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
 def run(args: argparse.Namespace) -> int:
-    """Warm what `args` (parsed by `add_arguments`' options) asks for; the exit status."""
+    """Warm what `args` (`perfsuite warm`'s options, commands/warm.py) asks for; the exit status."""
     start = time.monotonic()
     if not (args.scenario or args.candidates or args.check):
         nothing = "nothing to warm: give a SCENARIO, --candidates SCENARIO or --check SELECTOR"
@@ -422,8 +386,3 @@ def _warm_all(args: argparse.Namespace, start: float) -> int:
         return EXIT_INTERRUPTED
     return EXIT_FAILED if failed else EXIT_BUDGET if stopped == "budget" else EXIT_OK
 
-
-if __name__ == "__main__":
-    from perfsuite.tools.warm import main as _main
-
-    sys.exit(_main())

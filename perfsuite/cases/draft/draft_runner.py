@@ -204,8 +204,8 @@ class DraftRunner:
         out: Row = {
             **consumer.compare(trees, base_trees, "base"),
             **consumer.split(own, base, case.loop, "base"),
-            **consumer.compare(trees, [t.tree for t in ref], "ref"),
-            **consumer.split(own, ref, case.loop, "ref"),
+            **consumer.compare(trees, [t.tree for t in ref], "f64"),
+            **consumer.split(own, ref, case.loop, "f64"),
             "step0_diff_base": consumer.first_step_differs(trees, base_trees, case.loop.topk),
             "orphan_trees": consumer.orphan_share(trees, case.loop.topk),
         }

@@ -1,0 +1,81 @@
+"""`perfsuite check SELECTOR...`: the conformance battery on each SELECTOR (a built-in variant,
+package.module:function or a perfsuite.selectors entry point) on this device: misaligned and tiny
+vocabularies (k up to V), poisoned row padding, offset data pointers, NaN/inf rows (judged by the declared
+NaN policy), bit-level float patterns (signed zeros, one-ulp near-ties, subnormals, the largest finite
+values), grammar masks, ties, huge values, B = 0, int64 addressing, every dtype the selector declares, and
+on a GPU a graph capture and a side stream. Each call is made twice (bitwise repeat) and some on other
+batches (batch invariance). One row per case, dtype and k: pass, FAIL with what went wrong, or skip with
+the reason. Exit 1 on any failure, 0 otherwise, 2 when a selector does not load."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from perfsuite.commands import EXIT_FINDING, EXIT_INTERRUPTED, EXIT_OK, UsageError, print_caveats
+
+NAME = "check"
+HELP = "the conformance battery on selectors: edge shapes, non-finite rows, ties, dtypes, graphs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = " ".join(__doc__.split())
+    parser.add_argument(
+        "selector", nargs="+", help="variant name, package.module:function or entry-point name"
+    )
+    parser.add_argument(
+        "--device", default="auto", help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N"
+    )
+    parser.add_argument("--csv", help="write every row (all selectors) as CSV")
+    parser.add_argument("--case", action="append", default=[], help="only cases matching this glob (repeat)")
+    parser.add_argument("--dtype", action="append", default=[], help="only this logits dtype (repeat)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a subset for CI: two of the large vocabularies, V 1 and 2 of the tiny ones, two offsets, no "
+        "split-crossing ties",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfsuite import variants
+    from perfsuite.correctness import conformance
+    from perfsuite.measure.device import resolve_device
+
+    try:
+        device = resolve_device(args.device)
+        dtypes = [conformance.battery_dtype(name) for name in args.dtype] or None
+        conformance.select(args.case, quick=args.quick)
+    except (RuntimeError, ValueError) as exc:
+        raise UsageError(f"check: {exc}") from None
+    if device.type == "cuda" and not conformance.gpu_available():
+        raise UsageError(f"check: --device {args.device}: no CUDA or ROCm device here")
+    for name in args.selector:  # every selector loads before any runs: a bad name is one line, exit 2
+        try:
+            variants.get(name)
+        except (KeyError, variants.ExternalSelectorError) as exc:
+            raise UsageError(str(exc.args[0])) from None
+    records: list[dict] = []
+    try:
+        for name in args.selector:
+            start = len(records)
+            records += conformance.rows(name, device, cases=args.case, dtypes=dtypes, quick=args.quick)
+            print(conformance.console(conformance.frame(records[start:])))
+    except KeyboardInterrupt:
+        _write(conformance.frame(records), args.csv)
+        print(f"interrupted: {len(records)} rows judged so far", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    table = conformance.frame(records)
+    _write(table, args.csv)
+    print_caveats()
+    return EXIT_FINDING if (table["verdict"] == "FAIL").any() else EXIT_OK
+
+
+def _write(table: pd.DataFrame, path: str | None) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(path, index=False)
+        print(f"  csv  {path}")
