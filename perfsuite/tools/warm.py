@@ -385,4 +385,3 @@ def _warm_all(args: argparse.Namespace, start: float) -> int:
     if stopped == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_FAILED if failed else EXIT_BUDGET if stopped == "budget" else EXIT_OK
-
