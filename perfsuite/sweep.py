@@ -15,10 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite.cases.protocol import SAMPLES
-from perfsuite.core import dtypes, kinds, machine
+from perfsuite.core import kinds, machine
 from perfsuite.core.console import utc_now
 from perfsuite.core.settings import apply_threads
-from perfsuite.correctness import edge_cases
 from perfsuite.measure.device import DeviceInfo, detect
 from perfsuite.measure.environment import environment, gpu_state
 from perfsuite.results import run_dir, sweep_shards
@@ -58,16 +57,12 @@ def run_scenario(
     label: str | None = None,
     shard: sweep_shards.Shard | None = None,
 ) -> RunOutcome:
-    """Run every case of a scenario into `out_dir`: each case kind's cases in turn (`core.kinds`: kernel,
-    tensor parallel, draft), each row appended to its kind's log as it finishes, then CSV, JSON and HTML.
-
-    The kernel kind samples the variants of one shape and path in turn (`cases.kernel_kind`). `only`: a
-    glob on case ids. `shard`: only that shard's cases (`perfsuite.results.sweep_shards`; the edge-case matrix
-    runs in shard 0 only), recorded in `run.json`. `counters`: also measure each ok case's HBM bytes with the
-    vendor's counter tool (slow; see counters.py). Raises `run_dir.RunRefused` when another run holds
-    `out_dir`, or `resume` meets a log of other settings or of another shard; without `resume`, an
-    earlier run's files move to `out_dir/earlier/`.
-    """
+    """Run every case of a scenario into `out_dir`: each case kind's cases in turn (`core.kinds`), each
+    row appended to its kind's log as it finishes, then the tables and the report. `only`: a glob on case
+    ids. `shard`: only that shard's whole units (`results.sweep_shards`), recorded in `run.json`.
+    `counters`: also measure each ok case's HBM bytes with the vendor's counter tool (slow). Raises
+    `run_dir.RunRefused` when another run holds `out_dir`, or `resume` meets a log of other settings or of
+    another shard; without `resume`, an earlier run's files move to `out_dir/earlier/`."""
     # every kind's cases, in run order, each kind's table checked before the folder is touched
     every = [(kind, case) for kind in kinds.KINDS for case in kind.cases_of(scenario)]
     with run_dir.claimed(out_dir):
@@ -157,8 +152,7 @@ def _run(
     if shard is not None:
         counts = Counter(kind.name for kind, _ in mine)
         state["shard"] = f"{shard} ({', '.join(f'{counts[k.name]} {k.name} cases' for k in kinds.KINDS)})"
-    edges = shard is None or shard.first
-    return finish(scenario, out_dir, logs, info, {**env, **state}, interrupted, notes, edges)
+    return finish(scenario, out_dir, logs, info, {**env, **state}, interrupted, notes)
 
 
 def _gpu_text(state: dict[str, object]) -> str:
@@ -223,7 +217,6 @@ def finish(
     env: dict[str, object],
     interrupted: bool,
     notes: list[str],
-    edge_matrix: bool = True,
 ) -> RunOutcome:
     """Turn the logs into tables (results.csv and .json from the first kind's log, then a CSV per other
     kind's log, `core.kinds`), the edge-case matrix (`edge_matrix`: in this run) and the HTML report (the
@@ -244,16 +237,6 @@ def finish(
         if rows:
             files[kind.name] = path
             to_frame(rows, kind.table_file, run=False).to_csv(path, index=False)
-    (out_dir / "edge_cases.csv").unlink(missing_ok=True)
-    from perfsuite.variants.tensor_parallel import is_tp_variant
-
-    # built-in and external single-device selectors
-    names = list(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if not is_tp_variant(v)))
-    if names and edge_matrix and not interrupted:
-        wanted = list(dict.fromkeys(dtypes.dtype_of(d) for s in scenario.sweeps for d in s.dtypes))
-        edges = edge_cases.matrix(wanted, edge_cases.EDGE_TOPK, names, info.device)
-        files["edge_cases"] = out_dir / "edge_cases.csv"
-        edges.to_csv(files["edge_cases"], index=False)
     from perfsuite.report import build_report
 
     run = load_run([out_dir], shards=False)

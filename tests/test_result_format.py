@@ -219,6 +219,7 @@ def test_resume_continues_a_format_1_run(run_folder: Path, scenario: Path, tmp_p
     old = [{**r, **constants} for r in _jsonl(out / "results.jsonl")]  # format 1: every column on every row
     _write_jsonl(out / "results.jsonl", old)
     (out / "draft.jsonl").write_text("")  # the draft case runs again, in this format
+    (out / "edge_cases.jsonl").unlink()  # before format 4 the matrix was no case kind
     threads = torch.get_num_threads()
     try:
         assert cli.main(["run", str(scenario), "--out", str(out), "--no-progress", "--resume"]) == 0

@@ -175,7 +175,7 @@ def test_resume_needs_out(tmp_path, capsys):
 def test_list_and_report_commands(tmp_path, capsys):
     assert cli.main(["list", str(scenario_file(tmp_path))]) == 0
     listed = capsys.readouterr().out
-    assert "24 cases" in listed and "identity/graph/bfloat16/V1000/B3/k4/near_ties" in listed
+    assert "24 kernel cases" in listed and "identity/graph/bfloat16/V1000/B3/k4/near_ties" in listed
     _, out = run(tmp_path)
     rebuilt = tmp_path / "again.html"
     assert (

@@ -203,6 +203,7 @@ def test_each_case_kind_baseline_is_its_selectors_baseline():
         "kernel": variants.BASELINE,
         "tensor_parallel": tensor_parallel.BASELINE,
         "draft": variants.BASELINE,
+        "edge_cases": variants.BASELINE,
     }
     assert columns.BASELINES == (variants.BASELINE, tensor_parallel.BASELINE)
 

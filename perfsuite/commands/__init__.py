@@ -93,6 +93,6 @@ def print_caveats() -> None:
 
 
 def status_counts(rows: pd.DataFrame) -> str:
-    """'3 ok, 1 skipped'."""
-    counts = rows["status"].value_counts().to_dict() if len(rows) else {}
-    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+    """'3 ok, 1 skipped' ('rows' for a kind whose rows have no status)."""
+    counts = rows["status"].value_counts().to_dict() if len(rows) and "status" in rows else {}
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or ("none" if rows.empty else "rows")

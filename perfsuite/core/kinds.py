@@ -120,6 +120,17 @@ KINDS: tuple[CaseKind, ...] = (
         baseline="full_softmax",
         sections="perfsuite.report.draft_section:kind_sections",
     ),
+    CaseKind(
+        name="edge_cases",
+        table=SWEEP_TABLE,
+        cases="perfsuite.cases.edge_matrix:cases",
+        unit="perfsuite.cases.edge_matrix:unit",
+        run="perfsuite.cases.edge_matrix:run",
+        log="edge_cases.jsonl",
+        table_file="edge_cases.csv",
+        baseline="full_softmax",
+        sections="perfsuite.report.edge_case_section:kind_sections",
+    ),
 )
 
 

@@ -10,10 +10,13 @@ from perfsuite.report.blocks import Block, Cell, Note, Section, Table, guard
 from perfsuite.report.kernel_context import variant_order
 
 
-def section(edge_cases: pd.DataFrame | None) -> Section | None:
-    """The edge-case matrix (`perfsuite.correctness.edge_cases` rows) as a section; None without a matrix."""
-    if edge_cases is None:
-        return None
+def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
+    """The edge-case kind's part of the report (`core.kinds`): its matrix, none without rows."""
+    return [section(frame)] if len(frame) else []
+
+
+def section(edge_cases: pd.DataFrame) -> Section:
+    """The edge-case matrix (`perfsuite.correctness.edge_cases` rows) as a section."""
     intro = (
         "Each variant on non-finite, tied and misaligned inputs. Cell: topk_index / topk_p. "
         "Highlighted: a different result from full_softmax (amber), an index outside [0, V) (red), an "

@@ -19,11 +19,11 @@ import pandas as pd
 from perfsuite.core import kinds
 from perfsuite.core.machine import SHARED_CORES
 from perfsuite.measure.timing import UNSTABLE_SPREAD
-from perfsuite.report import edge_case_section, kernel_sections
+from perfsuite.report import kernel_sections
 from perfsuite.report.blocks import Note, Section
 from perfsuite.report.kernel_context import UNSTABLE_MARK, Context
 from perfsuite.report.page import render_page
-from perfsuite.results.run import EDGE_CASES, PRIMARY, Run
+from perfsuite.results.run import PRIMARY, Run
 
 DEFAULT_TITLE = "perfsuite: top-k selection of the draft step"
 REPORT_AGAIN = "`perfsuite report DIR/results.csv` (DIR: the run's folder)"
@@ -47,7 +47,6 @@ def build_report(
     every = ctx if len(primary) == len(results) else Context.of(results)
     sections = [
         *(s for kind in kinds.KINDS for s in kind.part("sections")(frames[kind.name], run.samples)),
-        edge_case_section.section(run.tables.get(EDGE_CASES)),
         *(kernel_sections.skipped_section(every), kernel_sections.results_section(every))[
             : 2 * bool(len(results))
         ],

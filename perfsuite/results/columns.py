@@ -38,6 +38,7 @@ TP = ("tensor_parallel",)
 DR = ("draft",)
 ALL = (*KT, "draft")
 EC = ("edge_cases",)
+EVERY = (*ALL, *EC)
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,13 @@ def _group(
 
 # fmt: off
 COLUMNS: tuple[Column, ...] = (
-    *_group("text", ALL, compare=True, case_id="stable id of the case: its kind's fields joined by '/'"),
-    *_group("category", (*ALL, *EC), compare=True, variant="selector name"),
+    *_group("text", EVERY, compare=True, case_id="stable id of the case: its kind's fields joined by '/'"),
+    *_group("category", EVERY, compare=True, variant="selector name"),
     *_group("category", ALL, accuracy="what the variant claims: exact | rounded | inexact"),
     *_group("category", ALL, compare=True, path="eager | graph | compile (draft: the whole cycle)"),
-    *_group("category", (*ALL, *EC), compare=True, dtype="logits dtype (draft: the head's)"),
+    *_group("category", EVERY, compare=True, dtype="logits dtype (draft: the head's)"),
     *_group("int", ALL, compare=True, vocab="V", batch="B (draft: sequences per cycle)"),
-    *_group("int", (*ALL, *EC), compare=True, topk="k (draft: tokens kept per tree node and level)"),
+    *_group("int", EVERY, compare=True, topk="k (draft: tokens kept per tree node and level)"),
     *_group("category", ALL, compare=True, logits="logits distribution (draft: the head's behaviour)",
             l2="cache state while timing: cold (flushed before each sample) | hot"),
     Column("tp", "int", "tensor-parallel ranks the vocabulary is split over (1: one device)", "", KT, False,
@@ -195,13 +196,13 @@ COLUMNS: tuple[Column, ...] = (
     *_group("float", ALL, load_avg="1-minute load average when the case finished"),
     *_group("text", ALL, timestamp="when the case finished (UTC, ISO 8601)"),
     # the run's columns: one value per run, in run.json's constants
-    *_group("text", ALL, per_run=True, scenario="scenario name", settings="fingerprint of the run's settings",
+    *_group("text", EVERY, per_run=True, scenario="scenario name", settings="fingerprint of its settings",
             torch="torch version", triton="triton version", runtime="CUDA / HIP runtime",
             git_sha="commit of perfsuite"),
-    *_group("text", ALL, per_run=True, compare=True, device="device name", run="the run's label (run.json)"),
-    *_group("category", ALL, per_run=True, backend="cuda | rocm | cpu"),
+    *_group("text", EVERY, per_run=True, compare=True, device="device name", run="the run's label"),
+    *_group("category", EVERY, per_run=True, backend="cuda | rocm | cpu"),
     *_group("bool", KT, per_run=True, simulated="a GPU simulated on the CPU: host times, never a GPU figure"),
-    *_group("int", ALL, per_run=True, threads="torch CPU threads in effect ([timing] threads, --threads)"),
+    *_group("int", EVERY, per_run=True, threads="torch CPU threads in effect ([timing] threads, --threads)"),
     *_group("text", KT, per_run=True, cpu_model="host CPU model", governor="CPU frequency governor",
             driver="GPU driver version"),
     *_group("int", KT, per_run=True, cores="CPU cores this process may use"),
@@ -212,7 +213,7 @@ COLUMNS: tuple[Column, ...] = (
             copy_mem_mhz="memory clock while the copy warm-up ran"),
     *_group("float", KT, "s", per_run=True, copy_warmup_s="seconds of copies before copy_gbps was timed"),
     *_group("int", KT, "bytes", per_run=True, model_cache_bytes="cache the bytes model lets tensors stay in"),
-    Column("format_version", "int", "result format (FORMAT_HISTORY)", kinds=ALL, per_run=True, default=1),
+    Column("format_version", "int", "result format (FORMAT_HISTORY)", kinds=EVERY, per_run=True, default=1),
 )
 # fmt: on
 BY_NAME = {c.name: c for c in COLUMNS}

@@ -91,7 +91,7 @@ def _one(path: Path, companions: bool) -> tuple[Run, str]:
     constants = manifest.get("constants") or {}
     rows = read_rows(file) if file is not None else pd.DataFrame(columns=["variant"])
     tables = {PRIMARY: _joined(rows, constants, PRIMARY)}
-    for table_file in (*kinds.table_files()[1:], EDGE_CASES) if companions else ():
+    for table_file in kinds.table_files()[1:] if companions else ():
         if (folder / table_file).is_file():
             tables[table_file] = _joined(read_rows(folder / table_file, (table_file,)), constants, table_file)
     notes = [str(n) for n in manifest.get("notes") or []]
@@ -102,8 +102,10 @@ def _joined(frame: pd.DataFrame, constants: dict, table_file: str) -> pd.DataFra
     """`frame` with every column of its table, the run columns its rows lack taken from the run's
     constants (`run.json`); what is still missing reads as the registry's default (tp 1, format 1)."""
     frame = frame.rename(columns=columns.RENAMED)
+    wanted = columns.table_columns(table_file, run=True)  # a kind's table takes the run columns it has
     for name, value in constants.items():
-        frame[name] = frame[name].where(frame[name].notna(), value) if name in frame else value
+        if name in wanted:
+            frame[name] = frame[name].where(frame[name].notna(), value) if name in frame else value
     return columns.ordered(frame, table_file, run=True)
 
 

@@ -42,7 +42,7 @@ def logs() -> tuple[str, ...]:
 
 def derived() -> tuple[str, ...]:
     """The files a run rebuilds from its logs: tables (each kind's), the edge cases, the report."""
-    return ("results.json", *kinds.table_files(), "edge_cases.csv", "report.html", "machine.json")
+    return ("results.json", *kinds.table_files(), "report.html", "machine.json")
 
 
 FOLDERS = ("counters", "tp")

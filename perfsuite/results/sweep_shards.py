@@ -52,11 +52,6 @@ class Shard:
         """The sub-folder of `--out` a shard writes into: shard-I-of-N."""
         return f"shard-{self.index}-of-{self.count}"
 
-    @property
-    def first(self) -> bool:
-        """The shard that also runs the per-run extras (the edge-case matrix)."""
-        return self.index == 0
-
 
 def parse(text: str) -> Shard:
     """`I/N` with 0 <= I < N (a Slurm array index or a Kubernetes completion index as it comes)."""

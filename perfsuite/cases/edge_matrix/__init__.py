@@ -1,0 +1,51 @@
+"""The edge-case matrix case kind (`core.kinds`): what each of the scenario's single-device selectors
+returns on non-finite, tied and misaligned rows, beside full_softmax (`correctness.edge_cases`). A case is
+one dtype and k of the sweeps; its rows, one per row pattern and variant, go to `edge_cases.csv`. The
+whole matrix is one unit: one shard runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from perfsuite.core import dtypes
+from perfsuite.core.kinds import KindRun
+from perfsuite.correctness import edge_cases
+from perfsuite.scenario.load import Scenario
+from perfsuite.variants.tensor_parallel import is_tp_variant
+
+
+@dataclass(frozen=True)
+class EdgeCase:
+    """The matrix's rows for one dtype and k, for these variants (and the baseline)."""
+
+    dtype: str
+    topk: int
+    variants: tuple[str, ...]
+
+    @property
+    def case_id(self) -> str:
+        return f"edge/{self.dtype}/k{self.topk}"
+
+
+def cases(scenario: Scenario) -> list[EdgeCase]:
+    """One case per dtype of the sweeps and k of `edge_cases.EDGE_TOPK`, for their single-device variants
+    (built-in and external); none without such a variant."""
+    names = tuple(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if not is_tp_variant(v)))
+    found = dict.fromkeys(dtypes.dtype_name(dtypes.dtype_of(d)) for s in scenario.sweeps for d in s.dtypes)
+    return [EdgeCase(d, k, names) for d in found for k in edge_cases.EDGE_TOPK] if names else []
+
+
+def unit(case: EdgeCase) -> str:
+    """The matrix runs whole, in one shard."""
+    return "edge-case matrix"
+
+
+def run(todo: list[EdgeCase], context: KindRun) -> Iterator[dict[str, object]]:
+    """Each case's rows, as its dtype and k finish."""
+    for case in todo:
+        frame = edge_cases.matrix(
+            [dtypes.dtype_of(case.dtype)], [case.topk], case.variants, context.info.device
+        )
+        for row in frame.to_dict("records"):
+            yield {"case_id": case.case_id, **row}
