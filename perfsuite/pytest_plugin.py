@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 SELECTOR_OPTION = "--perfsuite-selector"
-SELECTOR_HELP = (
-    "run the conformance battery on this selector (package.module:function, an entry point or a built-in "
-    "variant): one test per case, dtype and k (repeat for several)"
-)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfsuite", "perfsuite conformance battery")
-    group.addoption(SELECTOR_OPTION, action="append", default=[], metavar="SPEC", help=SELECTOR_HELP)
+    group.addoption(
+        SELECTOR_OPTION, action="append", default=[], metavar="SPEC",
+        help="run the conformance battery on this selector (package.module:function, an entry point or a "
+        "built-in variant): one test per case, dtype and k (repeat for several)",
+    )  # fmt: skip
     group.addoption("--perfsuite-quick", action="store_true", help="the battery's quick subset")
     group.addoption("--perfsuite-device", default="auto", help="device for the battery (default: auto)")
     group.addoption(
@@ -36,15 +36,12 @@ def check(spec: str, device: str = "auto", **options: Any) -> Any:
     from perfsuite.correctness import conformance
     from perfsuite.measure.device import resolve_device
 
-    return conformance.frame(conformance.rows(spec, resolve_device(device), **options))
+    return conformance.run(spec, resolve_device(device), **options)
 
 
 def row_id(row: dict) -> str:
     """`case-dtype-kK` (`case-dtype` for a row about every case, such as a dtype not claimed)."""
-    import pandas as pd
-
-    k = "" if pd.isna(row["k"]) else f"-k{int(row['k'])}"
-    return f"{row['case']}-{row['dtype']}{k}"
+    return f"{row['case']}-{row['dtype']}" + ("" if row["case"] == "*" else f"-k{int(row['k'])}")
 
 
 def expect_pass(row: dict) -> None:
@@ -156,7 +153,7 @@ def perfsuite_benchmark(benchmark: Any) -> Callable[..., Any]:
             return out
 
         benchmark.extra_info.update(
-            selector=spec, batch=batch, vocab=vocab, k=k, dtype=dtype, device=str(where)
+            variant=spec, batch=batch, vocab=vocab, topk=k, dtype=dtype, device=str(where)
         )
         return benchmark(call)
 

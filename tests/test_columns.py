@@ -92,3 +92,20 @@ def test_every_column_a_run_writes_is_registered(tmp_path):
 def test_every_kind_table_puts_the_run_columns_in_run_json_only(table_file):
     assert not set(columns.table_columns(table_file)) & set(columns.RUN_COLUMNS)
     assert set(columns.table_columns(table_file, run=True)) >= {"device", "format_version"}
+
+
+def test_a_run_folder_written_by_the_format_3_perfsuite_loads_reports_and_compares(tmp_path, capsys):
+    """tests/data/format3-run: a tiny run (kernel, draft and edge-case rows) written by perfsuite 2279660,
+    every column on every row, the float64 parity columns still named *_ref."""
+    old = ROOT / "tests" / "data" / "format3-run"
+    run = load_run([old])
+    assert set(run.tables) == {"results.csv", "draft.csv", "edge_cases.csv"}
+    frame = run.frame
+    assert (frame["format_version"] == 3).all() and frame["device"].notna().all()
+    assert frame["idx_exact_f64"].notna().any() and "idx_exact_ref" not in frame  # its old name read
+    assert run.tables["draft.csv"]["tok_diff_f64"].notna().any()
+    assert cli.main(["report", str(old), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert 'id="edge-cases"' in page and "Draft loop" in page
+    assert cli.main(["compare", str(old), str(old)]) == 0
+    assert cli.main(["summary", str(old)]) == 0 and "Fastest variants" in capsys.readouterr().out

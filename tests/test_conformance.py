@@ -161,9 +161,10 @@ CAPTURE_UNSAFE = [
 
 
 @pytest.mark.parametrize(("function", "reason"), CAPTURE_UNSAFE)
-def test_capture_unsafe_indexing_passes_eagerly_and_fails_the_graph_case(gpu, function, reason):
+def test_capture_unsafe_indexing_passes_eagerly_and_fails_the_graph_case(gpu, function, reason, capsys):
     """Indexing that real CUDA refuses in a capture: every eager case passes, the graph case fails with a
-    host sync named in its detail (on the simulated GPU: which pattern; on a GPU: torch's own message)."""
+    host sync named in its detail (on the simulated GPU: which pattern; on a GPU: torch's own message), and
+    `perfsuite check` prints the finding."""
     table = conformance.run(f"broken_selectors:{function}", gpu, quick=True, dtypes=[torch.float32])
     graph = table[table["case"] == "graph_replay"]
     eager = table[(table["case"] != "graph_replay") & (table["verdict"] != "skip")]
@@ -174,10 +175,6 @@ def test_capture_unsafe_indexing_passes_eagerly_and_fails_the_graph_case(gpu, fu
         assert graph["detail"].str.contains("not permitted when stream is capturing").all()
         assert graph["detail"].str.contains(reason).all(), graph["detail"].tolist()
     assert torch.cuda.current_stream() is torch.cuda.default_stream()  # the failed captures gave it back
-
-
-@pytest.mark.parametrize(("function", "reason"), CAPTURE_UNSAFE)
-def test_check_reports_capture_unsafe_indexing(gpu, function, reason, capsys):
     argv = ["check", f"broken_selectors:{function}", "--case", "graph_replay", "--dtype", "fp32"]
     assert cli.main([*argv, "--device", str(gpu)]) == 1
     out = capsys.readouterr().out

@@ -360,45 +360,61 @@ def test_launcher_runs_the_worker_and_skips_what_cannot_run(tmp_path):
     assert len(written) == sum(c.tp == 2 for c in todo), "one row per case: rank 0 writes, rank 1 does not"
 
 
-def test_tensor_parallel_cases_read_logits_from_a_file(tmp_path):
-    """A `file:NAME` kind reaches the torchrun workers: every rank reads the same rows of the file."""
-    torch.save(torch.randn(6, 1001, generator=torch.Generator().manual_seed(0)), tmp_path / "x.pt")
-    path = tmp_path / "tp_file.toml"
-    path.write_text(
-        'name = "tp_file"\ndevice = "cpu"\n[inputs.files]\nmine = "x.pt"\n[[sweep]]\n'
-        'variants = ["allgather_full_softmax", "sharded_torch"]\ndtypes = ["bfloat16"]\nbatch = [3]\n'
-        'topk = [4]\nlogits = ["file:mine"]\ntp = [2]\n[timing]\nwarmup = 1\nreps = 3\nmax_seconds = 0.02\n'
-    )
-    todo = expand(load(path))
-    assert {c.logits for c in todo} == {"file:mine"} and {c.vocab for c in todo} == {1001}
-    env = {"scenario": "tp_file", "backend": "cpu", "copy_gbps": 10.0}
-    got = list(launch.run_tp_cases(str(path), todo, tmp_path / "out", env))
-    assert len(got) == 2
-    for row in got:
-        assert row["status"] == "ok", row["reason"]
-        assert row["logits"] == "file:mine" and row["verdict"] == "pass" and row["ranks_agree"] is True
-
-
 GATHERED = ("allgather_full_softmax", "allgather_identity_engine_order")
 EXTERNAL = ("allgather_selectors_for_tests:exact_topk", "allgather_selectors_for_tests:argmax_wrong")
+MIXED = """
+name = "tp_mixed"
+device = "cpu"
+[inputs.files]
+mine = "x.pt"
+[[sweep]]
+variants = {variants}
+dtypes = ["bfloat16"]
+vocab = [1001]
+batch = [0, 3]
+topk = [1]
+logits = ["ties"]
+tp = [2]
+[[sweep]]
+variants = ["allgather_full_softmax", "sharded_torch"]
+dtypes = ["bfloat16"]
+batch = [3]
+topk = [4]
+logits = ["file:mine"]
+tp = [2]
+[timing]
+warmup = 1
+reps = 3
+max_seconds = 0.02
+l2 = "hot"
+"""
 
 
-def test_any_selector_runs_after_the_all_gather_external_ones_included(tmp_path, monkeypatch):
+def test_any_selector_runs_after_the_all_gather_and_logits_come_from_a_file(tmp_path, monkeypatch):
     """`allgather_<selector>`: a built-in or an engine's own kernel after the all-gather, in the torchrun
-    workers (which import the engine's module themselves), judged like any tensor-parallel variant."""
+    workers (which import the engine's module themselves), judged like any tensor-parallel variant; and a
+    `file:NAME` kind reaches the workers: every rank reads the same rows of the file. One launch for both."""
     data = str(Path(__file__).parent / "data")
     monkeypatch.syspath_prepend(data)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [data, os.environ.get("PYTHONPATH")])))
-    path = _scenario(tmp_path, [*GATHERED, *EXTERNAL], tps=(2,))
-    todo = [c for c in expand(load(path)) if c.topk == 1]
-    env = {"scenario": "tp_tiny", "backend": "cpu", "copy_gbps": 10.0}
-    got = list(launch.run_tp_cases(path, todo, tmp_path / "out", env))
-    measured = {r["variant"]: r for r in got if r["batch"] == 3}
+    torch.save(torch.randn(6, 1001, generator=torch.Generator().manual_seed(0)), tmp_path / "x.pt")
+    path = tmp_path / "tp_mixed.toml"
+    path.write_text(MIXED.format(variants=json.dumps([*GATHERED, *EXTERNAL])))
+    todo = expand(load(path))
+    from_file = [c for c in todo if c.logits == "file:mine"]
+    assert len(from_file) == 2 and {c.vocab for c in from_file} == {1001}
+    env = {"scenario": "tp_mixed", "backend": "cpu", "copy_gbps": 10.0}
+    got = list(launch.run_tp_cases(str(path), todo, tmp_path / "out", env))
+    assert len(got) == len(todo)
+    measured = {r["variant"]: r for r in got if r["batch"] == 3 and r["logits"] == "ties"}
     assert set(measured) == {*GATHERED, *EXTERNAL}
     assert all(r["status"] == "ok" for r in measured.values()), [r["reason"] for r in measured.values()]
     assert measured["allgather_selectors_for_tests:exact_topk"]["verdict"] == "pass"
     assert measured["allgather_identity_engine_order"]["verdict"] == "pass"
     assert measured["allgather_selectors_for_tests:argmax_wrong"]["verdict"] == "fail"  # a wrong argmax
+    for row in (r for r in got if r["logits"] == "file:mine"):
+        assert row["status"] == "ok", row["reason"]
+        assert row["verdict"] == "pass" and row["ranks_agree"] is True
 
 
 @pytest.mark.parametrize(

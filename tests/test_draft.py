@@ -24,12 +24,13 @@ from perfsuite.cases.draft.draft_runner import (
     FAST_PATH,
     ORGANISATION,
     count_kernels,
+    reference_select,
     run,
     timing_unroll,
 )
 from perfsuite.cases.draft.draft_table import draft_sweeps
 from perfsuite.cases.draft.head import inputs_for
-from perfsuite.cases.draft.loop import accept_lengths, reference_select
+from perfsuite.cases.draft.loop import accept_lengths
 from perfsuite.core.kinds import KindRun
 from perfsuite.measure.device import GRAPH_UNROLL_CAP, detect
 from perfsuite.report.draft_section import NOT_SGLANG, section
@@ -249,17 +250,17 @@ def test_topk_1_fast_path_is_the_organisation_without_its_work(monkeypatch):
     chain = _trees(head, "full_softmax", config)
     tokens, hidden = inputs_for(head.config, 4, config.extend_tokens, 1, "cpu")[0]
     loop = DraftLoop(head, variants.get("full_softmax").select, config)
-    fast = count_kernels(lambda: loop.cycle_tuple(tokens, hidden), torch.device("cpu"))
-    assert fast.unit == CPU_UNIT and fast.kernels > 10 and math.isnan(fast.launches), "top-level aten ops"
+    fast, launches, unit = count_kernels(lambda: loop.cycle_tuple(tokens, hidden), torch.device("cpu"))
+    assert unit == CPU_UNIT and fast > 10 and math.isnan(launches), "top-level aten ops"
     monkeypatch.setattr(LoopConfig, "fast_path", property(lambda self: False))
     organised = _trees(head, "full_softmax", config)
-    slow_ops = count_kernels(lambda: loop.cycle_tuple(tokens, hidden), torch.device("cpu")).kernels
+    slow_ops = count_kernels(lambda: loop.cycle_tuple(tokens, hidden), torch.device("cpu"))[0]
     for a, b in zip(chain, organised, strict=True):
         for x, y in zip(a, b, strict=True):
             assert torch.equal(x, y)
     assert torch.equal(chain[0].positions, torch.arange(4).expand(4, 4))
     assert torch.equal(chain[0].parents, torch.arange(-1, 3).expand(4, 4))
-    assert fast.kernels < slow_ops - 2
+    assert fast < slow_ops - 2
 
 
 def test_settings_sglang_never_runs_are_labelled_and_auto_is_sglangs():
@@ -634,6 +635,10 @@ def test_timing_unroll_is_capped_per_backend():
     assert timing_unroll(20, "rocm", 16) == 1
     assert timing_unroll(20, "cpu", 1) == 1
     assert timing_unroll(2, "cuda", 1) == 2
+    for backend, steps in (
+        (b, s) for b in GRAPH_UNROLL_CAP for s in (1, 3, 5)
+    ):  # cycles x steps within the cap
+        assert timing_unroll(20, backend, steps) * steps <= max(GRAPH_UNROLL_CAP[backend], steps)
 
 
 def test_head_is_deterministic_from_its_seed():

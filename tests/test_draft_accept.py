@@ -13,18 +13,10 @@ import torch
 from perfsuite import variants
 from perfsuite.cases.draft import DraftHead, DraftLoop, GraphCache, HeadConfig, LoopConfig
 from perfsuite.cases.draft.consumer import identical
-from perfsuite.cases.draft.draft_runner import REFERENCE, DraftRunner, run
+from perfsuite.cases.draft.draft_runner import REFERENCE, DraftRunner, reference_select, run
 from perfsuite.cases.draft.draft_table import draft_sweeps, expand_draft
 from perfsuite.cases.draft.head import inputs_for
-from perfsuite.cases.draft.loop import (
-    DEFAULT_ACCEPT,
-    DraftTree,
-    accept_lengths,
-    accept_name,
-    extend_index,
-    parse_accept,
-    reference_select,
-)
+from perfsuite.cases.draft.loop import DEFAULT_ACCEPT, DraftTree, accept_lengths, accept_name, extend_index
 from perfsuite.core.kinds import KindRun
 from perfsuite.measure.device import detect
 from perfsuite.scenario import load as scenario
@@ -50,12 +42,12 @@ def _recording(seen: list[torch.Tensor]):
 
 
 def test_rules_parse_to_one_spelling_and_bad_ones_are_refused():
-    assert parse_accept("all") == ("all", None) and parse_accept("uniform") == ("uniform", None)
-    assert parse_accept("geometric:0.25") == ("geometric", 0.25)
+    assert accept_name("all") == "all" and accept_name("uniform") == "uniform"
+    assert accept_name("geometric:0.25") == "geometric:0.25" and accept_name("geometric:1") == "geometric:1"
     assert accept_name("geometric:0.80") == "geometric:0.8" == DEFAULT_ACCEPT
-    for bad in ("most", "geometric", "geometric:1.5", "geometric:x", "uniform:3"):
+    for bad in ("most", "geometric", "geometric:1.5", "geometric:x", "geometric:nan", "uniform:3"):
         with pytest.raises(ValueError, match="allowed: all, uniform, geometric:P"):
-            parse_accept(bad)
+            accept_name(bad)
 
 
 def test_the_same_seed_draws_the_same_lengths_within_the_tree():

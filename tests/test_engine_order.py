@@ -13,7 +13,7 @@ from support import stable_topk
 from perfsuite import variants
 from perfsuite.correctness import parity
 from perfsuite.report import summary
-from perfsuite.report.kernel_context import PAIRING_TEXT, Context, speedup_pairs, tie_policy
+from perfsuite.report.kernel_context import PAIRING_TEXT, Summary
 from perfsuite.report.kernel_sections import summary_section
 from perfsuite.results.columns import add_speedups, complete
 from perfsuite.scenario import inputs
@@ -115,16 +115,17 @@ def test_speedups_pair_within_the_path():
 
 
 def test_the_pairs_table_names_the_baseline_on_the_same_path():
-    pairs = speedup_pairs(add_speedups(paths_frame())).set_index(["path", "variant"])
+    pairs = Summary.of(paths_frame()).pairs.set_index(["path", "variant"])
     assert pairs.loc[("compile", "identity"), "against"] == "full_softmax · compile"
     assert pairs.loc[("eager", ENGINE), "against"] == "full_softmax · eager"
     assert pairs.loc[("compile", ENGINE), "medians"] == 1 and pairs["no baseline"].eq(0).all()
-    alone = speedup_pairs(add_speedups(frame_of(row("identity", "compile", 20.0))))
+    alone = Summary.of(frame_of(row("identity", "compile", 20.0))).pairs
     assert alone.iloc[0]["no baseline"] == 1
 
 
 def test_tie_policy_is_identity_over_engine_order_per_path():
-    table = tie_policy(add_speedups(paths_frame())).set_index("path")
+    table = Summary.of(paths_frame()).ties.set_index("path")
+    assert set(table["lowest index"]) == {"identity"} and set(table["engine order"]) == {ENGINE}
     assert table.loc["eager", "cost"] == table.loc["compile", "cost"] == pytest.approx(1.25)
     # the ratio of their medians, never of their speedups (those carry the baseline's noise twice)
     noisy = frame_of(
@@ -132,19 +133,20 @@ def test_tie_policy_is_identity_over_engine_order_per_path():
         row("identity", "eager", 150.0, speedup_vs_full=0.5, speedup_method="paired"),
         row(ENGINE, "eager", 100.0, speedup_vs_full=2.0, speedup_method="paired"),
     )
-    assert tie_policy(add_speedups(noisy, only_missing=True)).iloc[0]["cost"] == pytest.approx(1.5)
-    assert tie_policy(add_speedups(frame_of(row("identity", "eager", 1.0)))).empty
+    assert Summary.of(noisy).ties.iloc[0]["cost"] == pytest.approx(1.5)
+    assert Summary.of(frame_of(row("identity", "eager", 1.0))).ties.empty
 
 
 def test_report_and_summary_state_the_pairs_and_the_tie_cost():
-    section = summary_section(Context.of(paths_frame()))
+    section = summary_section(Summary.of(paths_frame()))
     assert PAIRING_TEXT in section.intro and "compiled full_softmax" in PAIRING_TEXT
     tables = [b for b in section.blocks if getattr(b, "kind", "") == "table"]
     pairs = [[str(c) for c in r[:3]] for r in next(t for t in tables if "against" in t.columns).rows]
     assert ["compile", "identity", "full_softmax · compile"] in pairs
     assert ["eager", ENGINE, "full_softmax · eager"] in pairs
     ties = next(t for t in tables if "tie repair" in t.columns)
-    assert {r[0] for r in ties.rows} == {"eager", "compile"} and "1.25×" in str(ties.rows[0][6])
+    path, repair = ties.columns.index("path"), ties.columns.index("tie repair")
+    assert {r[path] for r in ties.rows} == {"eager", "compile"} and "1.25×" in ties.rows[0][repair].text
     text = summary.summary_markdown(paths_frame())
     assert "## Speedup pairs" in text and PAIRING_TEXT in text
     assert "| compile | identity | full_softmax · compile |" in text

@@ -97,10 +97,10 @@ def test_every_specialisation_is_launched_once_in_worker_processes(tmp_path):
     hw = plans.hardware(torch.device("cpu"))
     units, launches = _sweep(expand(load(path)), hw)
     assert len({u.key for u in units}) == len(units) < launches
-    assert {u.kernel for u in units} == {"fused", "partials", "merge"}
+    assert {u.launch.kernel for u in units} == {"fused", "partials", "merge"}
     path = _scenario(tmp_path, TINY.replace('"tiny"', '"tiny-fp32"').replace('"bfloat16", ', ""))  # cheaper
     units = warm.distinct(*warm.scenario_units(load(path), hw))  # the edge-case matrix's too
-    assert {u.kernel for u in units} == {"fused", "partials", "merge"}
+    assert {u.launch.kernel for u in units} == {"fused", "partials", "merge"}
     done = _warm(path, "--jobs", "2")
     out, err = done.communicate(timeout=600)
     assert done.returncode == 0, out + err
@@ -146,7 +146,7 @@ def test_the_argmax_units_launch_the_argmax_kernels(tmp_path, recorded):
     text = TINY.replace('"identity", "triton_fused", "triton_split", "triton_auto"', '"triton_argmax"')
     cases = expand(load(_scenario(tmp_path, text.replace("topk = [1, 4]", "topk = [1]"))))
     units, _ = _sweep(cases, plans.hardware(torch.device("cpu")))
-    assert {u.kernel for u in units} >= {"argmax", "argmax_partials", "argmax_merge"}
+    assert {u.launch.kernel for u in units} >= {"argmax", "argmax_partials", "argmax_merge"}
     for unit in units:
         recorded.clear()
         warm.make_launch(unit, torch.device("cpu"))
@@ -165,9 +165,9 @@ def test_the_gpu_check_compiles_23_specialisations():
     sweep that moves this number is worth a look."""
     cases = expand(load(ROOT / "scenarios" / "gpu_check.toml"))
     units, launches = _sweep(cases, plans.Hardware(sms=132))
-    kinds = {kind: sum(u.kernel == kind for u in units) for kind in ("fused", "partials", "merge")}
+    kinds = {kind: sum(u.launch.kernel == kind for u in units) for kind in ("fused", "partials", "merge")}
     assert (len(units), launches, kinds) == (33, 480, {"fused": 8, "partials": 8, "merge": 7})
-    argmax = {kind: sum(u.kernel == kind for u in units) for kind in ("argmax", "argmax_partials")}
+    argmax = {kind: sum(u.launch.kernel == kind for u in units) for kind in ("argmax", "argmax_partials")}
     assert argmax == {"argmax": 4, "argmax_partials": 4}  # triton_argmax at k 1, and 2 argmax_merge
 
 
@@ -289,10 +289,9 @@ def test_keys_warmed_before_are_left_out(tmp_path):
     args = cli.parser().parse_args(["warm", str(path), "--keys", str(keys)])
     units, launches = warm._plan(args, torch.device("cpu"))
     assert units and launches >= len(units)
-    keep = warm._keep_key(keys)
     for unit in units[:3]:
-        keep((unit, 0.1, ""))
-    keep((units[3], 0.1, "RuntimeError: failed"))  # a failed launch warmed nothing
+        warm._keep_key(keys, (unit, 0.1, ""))
+    warm._keep_key(keys, (units[3], 0.1, "RuntimeError: failed"))  # a failed launch warmed nothing
     left, _ = warm._plan(args, torch.device("cpu"))
     assert [u.key for u in left] == [u.key for u in units[3:]]
 

@@ -32,15 +32,10 @@ def test_the_plugin_is_installed_and_idle_unless_asked(engine):
 
 
 def test_selector_option_adds_an_item_per_battery_row(engine):
-    result = engine.runpytest_inprocess(
-        "-q", "-rs", "--perfsuite-selector", "identity", *FAST, "--collect-only"
-    )
-    items = [line for line in result.stdout.lines if "perfsuite-check[identity]" in line]
-    assert len(items) == 2 * 2 * 3 + 2  # 2 cases x 2 k x 3 dtypes, and the two fp8 dtypes not claimed
-    assert any(line.endswith("ties_far-bfloat16-k8") for line in items)
-    passing = engine.runpytest_inprocess("-q", "-rs", "--perfsuite-selector", "identity", *FAST)
-    passing.assert_outcomes(passed=12, skipped=2)
-    assert "not claimed" in passing.stdout.str()
+    result = engine.runpytest_inprocess("-v", "-rs", "--perfsuite-selector", "identity", *FAST)
+    result.assert_outcomes(passed=12, skipped=2)  # 2 cases x 2 k x 3 dtypes; the two fp8 dtypes not claimed
+    result.stdout.fnmatch_lines(["*perfsuite-check?identity?::ties_far-bfloat16-k8 PASSED*"])
+    assert "not claimed" in result.stdout.str()
 
 
 def test_a_broken_selector_fails_with_its_finding(engine):
@@ -84,3 +79,24 @@ def test_test_files_use_battery_test_and_the_fixtures(engine):
     result = engine.runpytest_inprocess("-q", "-rs", "--benchmark-disable")
     result.assert_outcomes(passed=6 + 3, skipped=2)  # 3 dtypes x 2 k, the 3 tests; fp8 is not claimed
     assert "not claimed" in result.stdout.str()
+
+
+def test_a_benchmark_saved_by_the_fixture_reads_as_a_run(engine, tmp_path, monkeypatch):
+    """`perfsuite_benchmark` names its parameters as the column registry does: the saved JSON loads, and
+    reports and compares, like any run (`results.run.load_run`)."""
+    engine.makepyfile(
+        test_speed="""
+        def test_speed(perfsuite_benchmark):
+            perfsuite_benchmark("selectors_for_tests:argmax_indices", batch=2, vocab=1000, k=1, device="cpu")
+        """
+    )
+    saved = tmp_path / "bench.json"
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # pytest-benchmark idles under an xdist worker
+    result = engine.runpytest_inprocess("-q", f"--benchmark-json={saved}", "--benchmark-max-time=0.01")
+    result.assert_outcomes(passed=1)
+    from perfsuite.results.run import load_run
+
+    row = load_run([saved]).frame.iloc[0]
+    assert row["variant"] == "selectors_for_tests:argmax_indices"
+    assert row["topk"] == 1 and row["vocab"] == 1000
+    assert row["median_us"] > 0 and row["timing"] == "pytest-benchmark host timer"

@@ -407,10 +407,10 @@ def test_summary_names_the_fastest_variant_whatever_its_accuracy(tmp_path: Path)
     rows = case_rows({"full_softmax": 100.0, "argmax_ones": 150.0, "identity": 700.0}, vocabs=(32000, 151936))
     page = build_report(Run.of(to_frame(rows)), tmp_path / "r.html").read_text(encoding="utf-8")
     summary = section_of(page, "summary")
-    assert "box · bfloat16: fastest variant: full_softmax (rounded) in 2 of 2 cells." in summary
-    assert "Fastest exact variant: identity in 2 of 2 cells, median 0.14× against full_softmax" in summary
+    assert "box · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2 of 2 cases" in summary
+    assert "Fastest exact variant: identity in 2 of 2 cases, median 0.14× against full_softmax" in summary
     assert "slower than full_softmax" in summary
-    assert "the fastest variant of any accuracy in 0 of 2 cells" in summary
+    assert "the fastest variant of any accuracy in 0 of 2 cases" in summary
     assert "identity is the fastest" not in page and "is the fastest exact variant" not in page
     assert "<th>V=32000: fastest (any accuracy)</th><th>V=32000: fastest exact</th>" in summary
     assert ">full_softmax (rounded)</td>" in summary and ">identity 0.14×</td>" in summary
@@ -421,8 +421,8 @@ def test_summary_when_an_exact_variant_wins_everything(tmp_path: Path) -> None:
     summary = section_of(
         build_report(Run.of(to_frame(rows)), tmp_path / "r.html").read_text(encoding="utf-8"), "summary"
     )
-    assert "fastest variant: identity (exact) in 1 of 1 cells" in summary
-    assert "it is also the fastest variant of any accuracy in every cell" in summary
+    assert "fastest variant (any accuracy): identity (exact) in 1 of 1 cases" in summary
+    assert "it is also the fastest variant of any accuracy in every case" in summary
     assert "faster than full_softmax" in summary
 
 
@@ -482,8 +482,8 @@ def test_two_runs_of_one_device_stay_apart(tmp_path: Path) -> None:
     frame = load_many(paths)
     page = build_report(Run.of(frame), tmp_path / "r.html").read_text(encoding="utf-8")
     summary = section_of(page, "summary")
-    assert "box · 20261130-101010-vm · bfloat16: fastest variant: identity (exact)" in summary
-    assert "box · 20261201-090909-vm · bfloat16: fastest variant: identity (exact)" in summary
+    assert "box · 20261130-101010-vm · bfloat16: fastest variant (any accuracy): identity (exact)" in summary
+    assert "box · 20261201-090909-vm · bfloat16: fastest variant (any accuracy): identity (exact)" in summary
     assert ">identity 2.00×</td>" in summary and ">identity 3.00×</td>" in summary  # pooled: 2.67×
     assert 'title="identity: 50 µs' in summary and 'title="identity: 100 µs' in summary
     assert "<th>device · run</th>" in summary
@@ -503,7 +503,7 @@ def test_two_old_files_of_one_device_without_run_labels_stay_apart(tmp_path: Pat
     summary = section_of(page, "summary")
     assert "box · monday.csv · bfloat16" in summary and "box · tuesday.csv · bfloat16" in summary
     one = build_report(Run.of(load_many(paths[:1])), tmp_path / "one.html").read_text(encoding="utf-8")
-    assert "box · bfloat16: fastest variant: identity (exact)" in section_of(one, "summary")
+    assert "box · bfloat16: fastest variant (any accuracy): identity (exact)" in section_of(one, "summary")
     assert "runs kept apart" not in one
 
 
@@ -560,7 +560,7 @@ def test_load_samples_and_notes_beside_the_results(tmp_path: Path) -> None:
 
 
 def test_distribution_figure_from_the_samples(tmp_path: Path) -> None:
-    from perfsuite.report import distributions
+    from perfsuite.report import kernel_figures as distributions
 
     vocabs = (1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000)
     rows = case_rows({"full_softmax": 100.0, "identity": 50.0}, vocabs=vocabs)

@@ -105,8 +105,8 @@ def test_report_of_two_machines_has_the_device_as_a_dimension(two_machines, tmp_
     assert "devices: NVIDIA H200, cpu-x86_64" in text  # subtitle
     summary = text[text.index('<section id="summary">') : text.index('<section id="plots">')]
     assert "<td>NVIDIA H200</td><td>cuda</td>" in summary and "<td>cpu-x86_64</td><td>cpu</td>" in summary
-    assert "NVIDIA H200 · bfloat16: fastest variant: triton_fused (exact)" in summary
-    assert "cpu-x86_64 · float32: fastest variant: argmax_ones (inexact)" in summary
+    assert "NVIDIA H200 · bfloat16: fastest variant (any accuracy): triton_fused (exact)" in summary
+    assert "cpu-x86_64 · float32: fastest variant (any accuracy): argmax_ones (inexact)" in summary
     assert "Fastest exact variant: identity" in summary
     latency = text[text.index('id="fig-latency-0"') :][:200_000]
     assert '"dash":"dash"' in latency  # line style by device

@@ -1,12 +1,22 @@
-"""The text summary the GPU check prints: per-case medians, ratios, and the Triton targets."""
+"""The summary of a run (`summary.Summary`) and its text views: per-case medians, ratios, who is fastest,
+the cost of exactness, the Triton targets; roles from the selectors' declarations."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from pathlib import Path
+
 import pandas as pd
 
-from perfsuite import cli
-from perfsuite.report import summary
+from perfsuite import cli, variants
+from perfsuite.report import summary, tp_section
+from perfsuite.report.kernel_context import Roles, Summary
 from perfsuite.results.write import to_frame
+from perfsuite.variants import tensor_parallel
+
+ENGINE = "identity_engine_order"
+REPORT = Path(__file__).resolve().parents[1] / "perfsuite" / "report"
 
 
 def rows(batch: int, vocab: int, times: dict[str, float], copy: float = 50.0) -> list[dict[str, object]]:
@@ -39,7 +49,7 @@ def frame() -> pd.DataFrame:
 
 
 def test_case_table_picks_the_fastest_exact_variant_and_its_ratios():
-    table = summary.case_table(frame()).set_index(["vocab", "batch"])
+    table = Summary.of(frame()).cases.reset_index().set_index(["vocab", "batch"])
     row = table.loc[(151936, 1)]
     assert row["best_exact"] == "triton_auto"
     assert abs(row["full/best"] - 60 / 11) < 1e-9 and abs(row["best/argmax"] - 1.1) < 1e-9
@@ -53,14 +63,14 @@ def test_a_case_without_an_exact_variant_timed_has_no_best_exact_and_no_error():
         [*rows(1, 151936, {"full_softmax": 60.0, "argmax_ones": 10.0, "identity": 40.0}),
          *rows(1, 163840, {"argmax_ones": 12.0})]
     )  # fmt: skip
-    table = summary.case_table(partial).set_index("vocab")
+    table = Summary.of(partial).cases.reset_index().set_index("vocab")
     assert table.loc[151936, "best_exact"] == "identity" and table.loc[151936, "fastest"] == "argmax_ones"
     assert pd.isna(table.loc[163840, "best_exact"]) and table.loc[163840, "fastest"] == "argmax_ones"
     assert "163840" in summary.console_table(partial)
 
 
 def test_triton_targets_count_cases_and_the_worst():
-    targets = summary.triton_targets(frame()).set_index("target")
+    targets = Summary.of(frame()).targets.set_index("target")
     speed = targets.loc["B=1, V 129280-163840: full_softmax / triton_auto >= 5"]
     assert (speed["cases"], speed["met"], speed["worst"]) == (2, 1, 3.0)
     cost = targets.loc["B=1, V 129280-163840: triton_auto / argmax_ones <= 1.2"]
@@ -115,7 +125,7 @@ def full_softmax_wins() -> pd.DataFrame:
 
 
 def test_the_fastest_variant_whatever_its_accuracy_beside_the_fastest_exact():
-    table = summary.case_table(full_softmax_wins())
+    table = Summary.of(full_softmax_wins()).cases
     assert list(table["fastest"]) == ["full_softmax", "full_softmax"]
     assert list(table["fastest_accuracy"]) == ["rounded", "rounded"]
     assert list(table["best_exact"]) == ["identity", "identity"]
@@ -124,12 +134,9 @@ def test_the_fastest_variant_whatever_its_accuracy_beside_the_fastest_exact():
 
 def test_markdown_names_full_softmax_as_fastest_and_identity_only_as_fastest_exact():
     text = summary.summary_markdown(full_softmax_wins())
-    assert "- GPU · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2 of 2." in text
-    assert (
-        "Fastest exact variant: identity in 2 of 2, median 0.14x against full_softmax (slower than it)"
-        in text
-    )
-    assert "fastest of any accuracy in 0 of 2" in text
+    assert "- GPU · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2 of 2 cases." in text
+    assert "Fastest exact variant: identity in 2 of 2 cases, median 0.14× against full_softmax" in text
+    assert "slower than full_softmax; it is the fastest variant of any accuracy in 0 of 2 cases." in text
     assert (
         "identity is the fastest" not in text
         and "fastest (any accuracy): the fastest variant whatever" in text
@@ -143,10 +150,8 @@ def test_console_table_names_both_winners():
     text = summary.console_table(full_softmax_wins())
     lines = text.splitlines()
     assert "fastest (any accuracy)" in lines[1] and "fastest exact" in lines[1]
-    assert "full_softmax (rounded)" in lines[2] and "identity" in lines[2] and "0.14x" in lines[2]
-    assert lines[-1].startswith(
-        "GPU · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2 of 2."
-    )
+    assert "full_softmax (rounded)" in lines[2] and "identity" in lines[2] and "0.14×" in lines[2]
+    assert lines[-1].startswith("GPU · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2")
 
 
 def test_paired_speedups_and_their_band_win_over_the_ratio_of_medians():
@@ -158,18 +163,17 @@ def test_paired_speedups_and_their_band_win_over_the_ratio_of_medians():
         speedup_method={"full_softmax": "paired", "identity": "paired"},
     )
     frame = to_frame(paired)
-    row = summary.case_table(frame).iloc[0]
+    row = Summary.of(frame).cases.iloc[0]
     assert (row["full/best"], row["full/best p20"], row["full/best p80"]) == (1.8, 1.6, 2.1)  # not 100 / 50
     assert "| 1.8 | 1.60-2.10 |" in summary.summary_markdown(frame)
-    assert "1.80x (1.60-2.10)" in summary.console_table(frame)
+    assert "1.80× (1.60-2.10)" in summary.console_table(frame)
 
 
 def test_unstable_medians_are_marked():
     frame = to_frame(
         with_columns(rows(1, 151936, {"full_softmax": 60.0, "identity": 40.0}), unstable={"identity": True})
     )
-    table = summary.case_table(frame)
-    assert table["unstable"].tolist() == [1]
+    assert Summary.of(frame).cases["unstable"].tolist() == [1]
     text = summary.summary_markdown(frame)
     assert "| 60 | 40 ⚠ |" in text  # full_softmax's median plain, identity's marked
     assert "1 of 2 measured cases are unstable" in text and "## Warnings" in text
@@ -199,18 +203,19 @@ def test_two_runs_of_one_device_are_two_rows():
         run={"full_softmax": "tue", "identity": "tue"},
     )
     frame = to_frame(monday + tuesday)
-    table = summary.case_table(frame)
-    assert list(table["run"]) == ["mon", "tue"] and list(table["identity"]) == [40.0, 30.0]  # not pooled: 35
+    table = Summary.of(frame).cases.reset_index()
+    assert list(table["device · run"]) == ["GPU · mon", "GPU · tue"]
+    assert list(table["identity"]) == [40.0, 30.0]  # not pooled: 35
     assert list(table["full/best"]) == [1.5, 3.0]
     text = summary.summary_markdown(frame)
-    assert "| device | run | path |" in text
+    assert "| device · run | path |" in text
     assert (
         "- GPU · mon · bfloat16: fastest variant" in text
         and "- GPU · tue · bfloat16: fastest variant" in text
     )
     assert "mon" in summary.console_table(frame) and "tue" in summary.console_table(frame)
-    one = summary.case_table(to_frame(monday))
-    assert "run" not in one  # one run: no run column
+    one = Summary.of(to_frame(monday)).cases.reset_index()
+    assert "device · run" not in one and "device" in one  # one run: the device alone
 
 
 def test_tensor_parallel_rows_of_the_same_shape_are_not_pooled():
@@ -222,7 +227,7 @@ def test_tensor_parallel_rows_of_the_same_shape_are_not_pooled():
         {**r, "variant": v, "tp": 2, "median_us": us} for r, (v, us) in zip(single, tp_times, strict=True)
     ]
     frame = to_frame(single + parallel)
-    table = summary.case_table(frame)
+    table = Summary.of(frame).cases.reset_index()
     assert list(table["tp"].astype(int)) == [1, 2] and list(table["fastest"]) == ["identity", "sharded_torch"]
     assert "tp" in summary.console_table(frame).splitlines()[1]
 
@@ -252,13 +257,16 @@ def exactness_frame(device: str = "NVIDIA H200 (simulated)") -> pd.DataFrame:
 
 
 def test_cost_of_exactness_per_shape_with_the_bytes_each_moves():
-    one, several = summary.cost_of_exactness(exactness_frame())
+    one, several = Summary.of(exactness_frame()).exactness
     assert list(one.columns) == [
+        "device",
         "path",
         "dtype",
         "vocab",
         "batch",
         "topk",
+        "exact",
+        "argmax",
         "exact us",
         "argmax us",
         "full_softmax us",
@@ -285,14 +293,60 @@ def test_the_summary_opens_with_the_cost_of_exactness_labelled_simulated():
     assert "Simulated: NVIDIA H200 (simulated)" in part and "### k = 1" in part and "### k > 1" in part
     assert "| exact us | argmax us | full_softmax us | exact/argmax | exact/full_softmax |" in part
     cpu = summary.summary_markdown(exactness_frame("AMD EPYC").query("variant == 'full_softmax'"))
-    assert "no shape has triton_auto beside triton_argmax" in cpu and "Simulated" not in cpu
+    assert "no shape has triton_auto beside triton_argmax or full_softmax" in cpu and "Simulated" not in cpu
 
 
 def test_the_run_summary_states_the_cost_of_exactness_per_device():
-    (line,) = summary.exactness_lines(exactness_frame())
+    (line,) = Summary.of(exactness_frame()).exactness_lines
     assert line == (
         "NVIDIA H200 (simulated): cost of exactness (median over 2 shapes): k = 1: triton_auto / "
-        "triton_argmax 1.30x, / full_softmax 0.43x; k > 1: triton_auto / full_softmax 0.33x."
+        "triton_argmax 1.30×, / full_softmax 0.43×; k > 1: triton_auto / full_softmax 0.33×."
     )
     assert line in summary.console_table(exactness_frame())
-    assert summary.exactness_lines(exactness_frame().query("variant == 'full_softmax'")) == []
+    assert Summary.of(exactness_frame().query("variant == 'full_softmax'")).exactness_lines == []
+
+
+def test_the_report_names_no_selector():
+    """Roles come from the selectors' declarations (`Variant.role`, `held_against`, `engine_order_of`, the
+    tensor-parallel registry's BASELINE): no registered name is written anywhere in perfsuite/report/."""
+    names = sorted({*variants.names(), *tensor_parallel.names()}, key=len, reverse=True)
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    found = [
+        f"{path.relative_to(REPORT)}:{n}: {match.group()}"
+        for path in sorted(REPORT.rglob("*"))
+        if path.suffix in (".py", ".html")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for match in pattern.finditer(line)
+    ]
+    assert not found, found
+    roles = Roles.declared()
+    assert (roles.baseline, roles.shortcut, roles.torch_exact) == ("full_softmax", "argmax_ones", "identity")
+    assert roles.held == {"triton_auto": "triton_argmax"} and roles.tp_baseline == "allgather_full_softmax"
+    assert roles.engine_order == {"identity": "identity_engine_order"}
+
+
+def test_a_selector_declaring_a_role_joins_the_tables_that_role_feeds(monkeypatch):
+    """A second exact Triton kernel held against the argmax kernel joins the cost of exactness, the run's
+    lines and the Triton targets; a second twin in torch's order joins the tie policy; a tensor-parallel
+    selector that merges partials joins the tensor-parallel comparison, named or not."""
+    variants.names()  # the registry, filled
+    second = dataclasses.replace(variants.get("triton_auto"), name="triton_second")
+    twin = dataclasses.replace(variants.get(ENGINE), name="auto_twin", engine_order_of="triton_auto")
+    for variant in (second, twin):
+        monkeypatch.setitem(variants._REGISTRY, variant.name, variant)
+    frame = exactness_frame()
+    extra = frame[frame["variant"] == "triton_auto"].assign(variant="triton_second", median_us=11.0)
+    twins = frame[frame["variant"] == "triton_auto"].assign(variant="auto_twin", median_us=10.0)
+    s = Summary.of(pd.concat([frame, extra, twins], ignore_index=True))
+    one, several = s.exactness
+    assert set(one["exact"]) == set(several["exact"]) == {"triton_auto", "triton_second"}
+    assert set(one["argmax"]) == {"triton_argmax"} and len(s.exactness_lines) == 2
+    assert "B=1, V 129280-163840: full_softmax / triton_second >= 5" in set(s.targets["target"])
+    assert set(s.ties["lowest index"]) == {"triton_auto"} and set(s.ties["engine order"]) == {"auto_twin"}
+    rows = [
+        {"variant": v, "status": "ok", "tp": 2, "dtype": "bfloat16", "vocab": 32000, "batch": 1, "topk": 1,
+         "median_us": us, "comm_bytes_model": 1.0}
+        for v, us in (("allgather_full_softmax", 50.0), ("merge_new", 10.0))
+    ]  # fmt: skip
+    table = tp_section.comparison(tp_section.tp_rows(pd.DataFrame(rows)))
+    assert "merge_new us" in table and table["speedup"].iloc[0] == 5.0

@@ -70,11 +70,11 @@ def test_sample_clock_feeds_measured_durations_to_pytest_benchmark():
 
 
 def test_peak_temporary_memory_on_cpu_shows_the_identity_temporary():
+    """The asserted variants only (runs in the interpreter neither time Triton variants nor measure them)."""
     x = inputs.make_logits("gaussian", 8, 20000, torch.bfloat16)
     measured = {
         n: memory.peak_temp_bytes(lambda n=n: variants.get(n)(x, 1), CPU)
-        for n in variants.names()
-        if variants.get(n).available(torch.device("cpu")) is None
+        for n in ("identity", "full_softmax", "argmax_ones")
     }
     assert measured["identity"] >= 8 * 20000 * 4  # the [B, V] fp32 exp temporary
     assert measured["full_softmax"] >= 8 * 20000 * 2  # the bf16 probabilities
@@ -121,8 +121,8 @@ class ScriptedReplays:
     def __init__(self, sampler: timing.GraphSampler, totals: list[float], flushes: list[float]):
         self.sampler, self.totals, self.flushes = sampler, iter(totals), iter(flushes)
 
-    def __call__(self, graph) -> float:
-        return next(self.totals if graph is self.sampler.graph else self.flushes)
+    def __call__(self, replay) -> float:
+        return next(self.totals if replay == self.sampler.graph.graph.replay else self.flushes)
 
 
 def test_graph_sampler_subtracts_the_median_flush_of_the_timed_rounds(gpu, monkeypatch):
@@ -131,7 +131,7 @@ def test_graph_sampler_subtracts_the_median_flush_of_the_timed_rounds(gpu, monke
     # warm-up round first (a slow flush outlier that must not count), then 5 timed rounds; per replay of 2
     totals = [2.0, 2.0, 2.2, 2.0, 1.8, 0.3]
     flushes = [9.0, 1.0, 1.2, 0.8, 1.0, 3.0]
-    monkeypatch.setattr(sampler, "_replay_seconds", ScriptedReplays(sampler, totals, flushes))
+    monkeypatch.setattr(sampler, "timed", ScriptedReplays(sampler, totals, flushes))
     samples = timing.measure(sampler, Timing(warmup=1, reps=5, max_seconds=60))
     median_flush = 1.0 / 2  # median of the timed rounds' flush-only replays, per call
     expected = [max(t / 2 - median_flush, 0.0) for t in totals[1:]]
@@ -144,7 +144,7 @@ def test_sample_clock_records_graph_samples_minus_the_median_flush_so_far(gpu, m
     body = lambda: (torch.ones(4, device=gpu),)  # noqa: E731
     sampler = timing.GraphSampler(body, timing.cache_flusher(device.detect("cuda:0")), gpu, unroll=1)
     replays = ScriptedReplays(sampler, [5.0, 3.0, 3.0, 3.0], [4.0, 1.0, 2.0, 3.0])
-    monkeypatch.setattr(sampler, "_replay_seconds", replays)
+    monkeypatch.setattr(sampler, "timed", replays)
     clock = timing.SampleClock()
     clock.use(sampler)
     for _ in range(4):
@@ -166,9 +166,9 @@ def test_copy_bandwidth_warms_up_and_probes_before_it_times(monkeypatch):
     probe = lambda: log.append("probe") or {"sm_mhz": "1980"}  # noqa: E731
     copy = memory.copy_bandwidth("cpu", nbytes=4 << 20, reps=3, warmup_s=0.05, probe=probe)
     assert log == ["probe", "timed"] and copy.gbps > 0 and copy.during == {"sm_mhz": "1980"}
-    assert copy.warmup_s >= 0.05 and copy.warmup_copies >= 1
+    assert copy.warmup_s >= 0.05
     cpu = memory.copy_bandwidth("cpu", nbytes=4 << 20, reps=3)  # a CPU: no warm-up, no probe
-    assert cpu.warmup_s == 0 and cpu.warmup_copies == 0 and cpu.during == {}
+    assert cpu.warmup_s == 0 and cpu.during == {}
 
 
 def test_copy_columns_carry_the_clocks_read_under_the_copies(monkeypatch):
@@ -181,16 +181,16 @@ def test_copy_columns_carry_the_clocks_read_under_the_copies(monkeypatch):
 
     def copy_bandwidth(device, probe=None):
         probed.append(probe)
-        warm = (0.2, 800, probe()) if probe else (0.0, 0)
+        warm = (0.2, probe()) if probe else (0.0,)
         return memory.CopyBandwidth(4300.0, *warm)
 
     monkeypatch.setattr(memory, "copy_bandwidth", copy_bandwidth)
     monkeypatch.setattr(environment, "gpu_state", lambda info: states[info])
-    environment.copy_measurement.cache_clear()
+    environment.copy_columns.cache_clear()
     try:
         columns = {info: environment.copy_columns(info) for info in (h200, mi300x, CPU)}
     finally:
-        environment.copy_measurement.cache_clear()
+        environment.copy_columns.cache_clear()
     expected = {"copy_gbps": 4300.0, "copy_sm_mhz": 1980.0, "copy_mem_mhz": 3201.0, "copy_warmup_s": 0.2}
     assert columns[h200] == expected
     assert (columns[mi300x]["copy_sm_mhz"], columns[mi300x]["copy_mem_mhz"]) == (2100.0, 1300.0)

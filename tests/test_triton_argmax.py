@@ -183,22 +183,22 @@ def test_it_is_in_the_compile_plan(tmp_path, recorded):
     assert tuning.selection_of("triton_argmax") == "argmax"
     assert tuning.selection_of("triton_auto") == tuning.selection_of("identity") == "topk"
     units = warm.sweep_units(cases, HW)
-    assert {u.kernel for u in units} == {"argmax", "argmax_partials", "argmax_merge"}
+    assert {u.launch.kernel for u in units} == {"argmax", "argmax_partials", "argmax_merge"}
     for case in cases:
         ARGMAX(torch.zeros(case.batch, case.vocab, dtype=BF16, device=DEVICE), 1)
     assert set(recorded) == {u.key for u in units}
     battery = warm.battery_units(["triton_argmax"], HW, DEVICE, quick=True)
-    assert {u.kernel for u in battery} >= {"argmax", "argmax_partials", "argmax_merge"}
+    assert {u.launch.kernel for u in battery} >= {"argmax", "argmax_partials", "argmax_merge"}
     assert {u.source.rsplit(" ", 1)[-1] for u in battery} == {"k1"}  # triton_argmax claims k = 1 only
     tune = warm.candidate_units(cases, HW)
-    assert {u.kernel for u in tune} == {"argmax", "argmax_partials", "argmax_merge"}
+    assert {u.launch.kernel for u in tune} == {"argmax", "argmax_partials", "argmax_merge"}
     assert len(tune) > len(units)
     assert [tuning.selection_of(c.variant) for c in tuning.shapes_of(cases)] == ["argmax"] * 4
     found = tuning.candidates(1, 151936, 1, HW, 2, "argmax")
     assert found[0] == plan_table.Tunables.of(plans.choose(1, 151936, 1, HW, 2, "argmax"))
     assert {t.selection for t in found} == {"argmax"} and {t.kernel for t in found} == {"fused", "split"}
     ordered = warm.distinct(units)
-    merges = [u.kernel.endswith("merge") for u in ordered]
+    merges = [u.launch.kernel.endswith("merge") for u in ordered]
     assert merges == sorted(merges)  # the scans first
 
 

@@ -182,7 +182,7 @@ def test_partials_merge_across_ranks():
     ]
     # the 1-column rank carries only one slot; pad it to k = 8 with empty (-inf, -1) slots
     single = parts[1]
-    pad = 8 - single.k
+    pad = 8 - single.values.shape[2]
     parts[1] = ts.Partials(
         single.max,
         single.sumexp,
@@ -190,7 +190,7 @@ def test_partials_merge_across_ranks():
         torch.nn.functional.pad(single.indices, (0, pad), value=-1),
     )
     merged = ts.Partials(*(torch.cat([vars(p)[name] for p in parts], dim=1) for name in vars(parts[0])))
-    assert merged.n_parts == sum(p.n_parts for p in parts)
+    assert merged.max.shape[1] == sum(p.max.shape[1] for p in parts)
     assert_exact(logits, 8, *ts.merge_partials(merged))
     assert_exact(logits, 3, *ts.merge_partials(merged, 3))  # fewer than the partials carry
 
@@ -209,7 +209,8 @@ def test_unaligned_views_use_head_body_tail(dtype, offset, prefetch):
     logits[1, 0] = NAN  # head
     logits[2, vocab - 1] = INF  # tail
     layout = ts.RowLayout.of(logits)
-    assert layout.shift == (buffer.data_ptr() // logits.element_size() + offset) % layout.vec
+    vec = plans.LOAD_BYTES // layout.element_size
+    assert layout.shift == (buffer.data_ptr() // logits.element_size() + offset) % vec
     for select in (
         fused(32, prefetch),
         split(64, 16, prefetch),
@@ -243,9 +244,10 @@ def test_first_aligned_column_is_16_byte_aligned(dtype):
         view = buffer[:, offset : offset + 150]
         layout = ts.RowLayout.of(view)
         cols = torch.zeros(9, dtype=torch.int64, device=DEVICE)
-        _first_aligned_kernel[(9,)](cols, layout.stride, layout.shift, col_start, 150, VEC=layout.vec)
+        vec = plans.LOAD_BYTES // layout.element_size
+        _first_aligned_kernel[(9,)](cols, layout.stride, layout.shift, col_start, 150, VEC=vec)
         for row, col in enumerate(cols.tolist()):
-            assert col_start <= col < col_start + layout.vec
+            assert col_start <= col < col_start + vec
             address = view.data_ptr() + (row * view.stride(0) + col) * view.element_size()
             assert address % plans.LOAD_BYTES == 0, (offset, row, col)
 

@@ -75,7 +75,8 @@ def test_table_round_trip_and_lookup(tmp_path, monkeypatch):
     table = plan_table.table_for(GPU.name)
     assert table is not None and table.entries == tuple(entries)
     assert plan_table.TunedTable.from_json(table.to_json()) == table
-    assert plan_table.slug("NVIDIA H200 NVL") == "nvidia-h200-nvl"
+    named = type("Info", (), {"device": "cpu", "name": "NVIDIA H200 NVL"})
+    assert plan_table.default_path(named) == plan_table.PACKAGED / "nvidia-h200-nvl.json"
     # nearest tuned shape, its tunables applied to the asked shape; fp16 shares bf16's entries
     assert plan_table.best_plan(2, 129280, 1, BF16, GPU) == split.plan_for(2, 129280, 1, GPU, 2)
     assert plan_table.best_plan(128, 163840, 8, torch.float16, GPU) == fused.plan_for(128, 163840, 8, GPU, 2)

@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from perfsuite import variants
     from perfsuite.correctness import conformance
     from perfsuite.measure.device import resolve_device
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         conformance.select(args.case, quick=args.quick)
     except (RuntimeError, ValueError) as exc:
         raise UsageError(f"check: {exc}") from None
-    if device.type == "cuda" and not conformance.gpu_available():
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"check: --device {args.device}: no CUDA or ROCm device here")
     for name in args.selector:  # every selector loads before any runs: a bad name is one line, exit 2
         try:

@@ -1,31 +1,11 @@
 """The case kinds: what a scenario asks perfsuite to measure, each a plug-in named in one registry.
 
-`KINDS` lists them in the order a run measures them: `kernel` (one selector call on one device, from
-`[[sweep]]`), `tensor_parallel` (one selector call over a process group, from `[[sweep]]` with tp > 1 or a
-tensor-parallel variant) and `draft` (one draft cycle of the draft loop, from `[draft]`). The scenario
-loader, the sweep, the results files and the report loop over `KINDS`; none of them names a kind.
-
-A kind's parts are named by dotted path ("module:attribute") and imported when first used, so this
-registry sits below every layer that reads it, and each part sits in the layer that owns that concern
-(`tests/test_structure.py` checks both: every path resolves, and each part is in a layer its reader may
-call into).
-
-Adding a case kind: a fourth kind provides, anywhere in the package, and one `CaseKind` entry here naming
-- `table`: the scenario table its cases come from (the loader validates `[[sweep]]` itself and keeps the
-  other kinds' tables as given);
-- `cases(scenario) -> list[case]`: its cases, each with a unique `case_id`, its table validated first
-  (raising `ScenarioError`: `run` expands every kind's cases before it touches its folder);
-- `unit(case) -> hashable`: the cases that must run together (sampled in turn, one launch): a shard's
-  unit (`run --shard`);
-- `run(cases, KindRun) -> Iterator[row]`: one row per case, yielded as each finishes, never raising for
-  one case (a skip or an error is a row, `cases.protocol.run_case`);
-- `log` and `table_file`: the run folder's log its rows are appended to and the table written from it;
-  kinds that share a log (kernel, tensor_parallel) tell their rows apart with `rows(frame) -> mask`;
-- its columns: entries in the registry (`results/columns.py`, naming the kind), or for a kind kept
-  outside the package, `columns`: its own tuple of `results.columns.Column`; and `baseline`, the variant
-  its speedups are over;
-- `sections(frame, samples) -> list[Section]`: its part of the HTML report (empty without rows).
-Then add a test beside the others' (a tiny scenario with one case of the kind, run end to end).
+`KINDS` lists them in run order: `kernel` (one selector call on one device, `[[sweep]]`),
+`tensor_parallel` (one call over a process group, `[[sweep]]` with tp > 1), `draft` (one draft cycle,
+`[draft]`) and `edge_cases` (the edge-case matrix of the sweeps' selectors). The loader, the sweep, the
+results files and the report loop over `KINDS` and name no kind. Parts are dotted paths imported when first
+used, so this registry sits below every reader; `tests/test_structure.py` checks that each resolves in a
+layer its reader may call. Adding a kind: docs/architecture.md ("Adding a case kind").
 """
 
 from __future__ import annotations

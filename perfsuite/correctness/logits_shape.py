@@ -1,7 +1,6 @@
-"""The shape of a logits distribution, so a reader can tell which synthetic kind resembles a model's: the
-mean top-1 probability, the mean entropy in nats, the share of rows whose top logit is an exact tie and the
-share whose k-th and (k+1)-th logits are equal (which tokens make the top k is then up to the tie order).
-In float64 on the logits as a case sees them (in its dtype: bf16's rounding shows as ties), over the rows
+"""The shape of a logits distribution, so a reader can tell which synthetic kind resembles a model's: mean
+top-1 probability, mean entropy (nats), and the shares of rows with an exact tie at the top and across the
+top-k boundary. In float64 on the logits as a case sees them (bf16's rounding shows as ties), over the rows
 whose softmax is defined (`parity.defined_rows`)."""
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ import torch
 from perfsuite.correctness.parity import defined_rows
 
 COLUMNS = ("top1_prob", "entropy_nats", "top1_tie_rows", "topk_tie_rows")
-CHUNK_ELEMENTS = 1 << 24
-"""Rows are taken in chunks of at most this many elements (128 MiB in float64)."""
+NAN = float("nan")
+CHUNK_ELEMENTS = 1 << 24  # rows are taken in chunks of at most this many elements (128 MiB in float64)
 
 
 def _chunks(logits: torch.Tensor) -> Iterator[torch.Tensor]:
@@ -26,10 +25,9 @@ def _chunks(logits: torch.Tensor) -> Iterator[torch.Tensor]:
 
 
 def shape_of(logits: torch.Tensor) -> dict[str, float]:
-    """Mean top-1 probability, mean entropy (nats) and the share of rows with an exact tie at the top,
-    over the defined rows of `[B, V]` logits (NaN where no row is defined)."""
-    top1 = entropy = ties = 0.0
-    count = 0
+    """Mean top-1 probability, mean entropy and the share of rows with an exact tie at the top, over the
+    defined rows of `[B, V]` logits (NaN where no row is defined)."""
+    top1 = entropy = ties = count = 0.0
     for chunk in _chunks(logits):
         x = chunk.double()
         log_p = x - torch.logsumexp(x, dim=-1, keepdim=True)
@@ -38,22 +36,21 @@ def shape_of(logits: torch.Tensor) -> dict[str, float]:
         entropy -= float(torch.where(p > 0, p * log_p, 0.0).sum())
         ties += float(((x == x.amax(dim=-1, keepdim=True)).sum(dim=-1) >= 2).sum())
         count += x.shape[0]
-    if count == 0:
-        return dict.fromkeys(COLUMNS[:3], float("nan"))
-    return {"top1_prob": top1 / count, "entropy_nats": entropy / count, "top1_tie_rows": ties / count}
+    rows = count or NAN
+    return {"top1_prob": top1 / rows, "entropy_nats": entropy / rows, "top1_tie_rows": ties / rows}
 
 
 def kth_ties(logits: torch.Tensor, k: int) -> float:
     """Share of the defined rows whose k-th and (k+1)-th largest logits are equal (NaN when k >= V or no
-    row is defined): a tie across the top-k boundary."""
+    row is defined)."""
     if k >= logits.shape[-1] or k < 1:
-        return float("nan")
+        return NAN
     ties = count = 0
     for x in _chunks(logits):
         values = x.topk(k + 1, dim=-1).values
         ties += int((values[:, k - 1] == values[:, k]).sum())
         count += x.shape[0]
-    return ties / count if count else float("nan")
+    return ties / count if count else NAN
 
 
 def _or_nan(figures: Callable[[], object], nan: object) -> object:
@@ -76,7 +73,7 @@ class ShapeMemo:
         """The row columns for a case of top-k on `logits` (`key`: what identifies the tensor)."""
         if key != self.key:
             self.key, self.by_k = key, {}
-            self.figures = _or_nan(lambda: shape_of(logits), dict.fromkeys(COLUMNS[:3], float("nan")))
+            self.figures = _or_nan(lambda: shape_of(logits), dict.fromkeys(COLUMNS[:3], NAN))
         if k not in self.by_k:
-            self.by_k[k] = _or_nan(lambda: kth_ties(logits, k), float("nan"))
+            self.by_k[k] = _or_nan(lambda: kth_ties(logits, k), NAN)
         return {**self.figures, "topk_tie_rows": self.by_k[k]}

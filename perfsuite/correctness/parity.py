@@ -17,8 +17,8 @@ NAN = float("nan")
 
 
 def tolerance(accuracy: Accuracy, dtype: torch.dtype) -> tuple[float, float]:
-    """(rtol, atol) a variant's `topk_p` may differ from float64 truth: fp32 rounding (exact; inexact is held
-    to it too), one ulp of the input dtype for rounded (its smallest normal the floor: subnormals)."""
+    """(rtol, atol) of `topk_p` against float64 truth: fp32 rounding, or for "rounded" one ulp of `dtype`
+    (its smallest normal the floor: subnormals)."""
     if accuracy == "rounded":
         info = torch.finfo(dtype)
         return max(EXACT_RTOL, info.eps), info.tiny
@@ -41,12 +41,10 @@ class Truth:
 
     @cached_property
     def finite(self) -> torch.Tensor:
-        """[B] bool: the well-defined rows (`defined_rows`)."""
         return defined_rows(self.logits)
 
     @cached_property
     def prob(self) -> torch.Tensor:
-        """[B, k] float64 softmax at `index`."""
         return self.prob_at(self.index)
 
     def prob_at(self, index: torch.Tensor) -> torch.Tensor:
@@ -57,15 +55,12 @@ class Truth:
         return self.logits.gather(-1, index)
 
     def subset(self, rows: torch.Tensor) -> Truth:
-        """The reference restricted to the rows selected by the bool mask `rows`."""
         return Truth(*(getattr(self, f.name)[rows] for f in fields(self)))
 
 
 def truth(logits: torch.Tensor, k: int) -> Truth:
-    """float64 softmax and the canonical top-k (descending logit, lowest index first).
-
-    Probabilities are `exp(x_i - m) / sum(exp(x - m))`, exact at any finite magnitude: adding `log(sum)` to
-    a huge max (a logsumexp) would round it away, so four tied maxima at 1e30 would not get 0.25."""
+    """float64 softmax and the canonical top-k. `exp(x_i - m) / sum(exp(x - m))` is exact at any finite
+    magnitude: a logsumexp would round `log(sum)` away at 1e30 (four tied maxima would not get 0.25)."""
     x = logits.double()
     row_max = x.amax(dim=-1, keepdim=True)
     row_sum = torch.exp(x - row_max).sum(dim=-1, keepdim=True)
@@ -96,12 +91,9 @@ def _share(mask: torch.Tensor) -> float:
     return float(mask.float().mean()) if mask.numel() else NAN
 
 
-def _max(values: torch.Tensor) -> float:
-    return float(values.max()) if values.numel() else NAN
-
-
-def _relative_error(value: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-    return ((value.double() - truth).abs() / truth.abs().clamp_min(1e-300)).nan_to_num(nan=float("inf"))
+def _max_relative_error(value: torch.Tensor, truth: torch.Tensor) -> float:
+    error = ((value.double() - truth).abs() / truth.abs().clamp_min(1e-300)).nan_to_num(nan=float("inf"))
+    return float(error.max()) if error.numel() else NAN
 
 
 class Slots(NamedTuple):
@@ -114,8 +106,8 @@ class Slots(NamedTuple):
 
 
 def slots(accuracy: Accuracy, index: torch.Tensor, p: torch.Tensor, sub: Truth, dtype: torch.dtype) -> Slots:
-    """The slot-by-slot rule `check` and the conformance battery share: `index`, `p` of the finite rows,
-    `sub` the reference of those rows, `dtype` the logits' (it sets the tolerance)."""
+    """The slot-by-slot rule of `check` and the battery: `index`, `p` and `sub` of the finite rows, `dtype`
+    the logits' (it sets the tolerance)."""
     tie = (index == sub.index) | (sub.logit_at(index) == sub.logit_at(sub.index))
     truth = sub.prob_at(index)
     rtol, atol = tolerance(accuracy, dtype)
@@ -125,33 +117,25 @@ def slots(accuracy: Accuracy, index: torch.Tensor, p: torch.Tensor, sub: Truth, 
     return Slots(tie, tie | rounding_tie if accuracy == "rounded" else tie, truth, p_ok)
 
 
-def _output_problem(topk_p: torch.Tensor, topk_index: torch.Tensor, ref: Truth) -> str:
-    """What makes the outputs unjudgeable (shape, dtype, an index outside the vocabulary), or ""."""
-    shapes = tuple(topk_p.shape), tuple(topk_index.shape), tuple(ref.index.shape)
-    if shapes[0] != shapes[2] or shapes[1] != shapes[2]:
-        return "output shapes {} and {}, expected {}".format(*shapes)
-    if topk_index.dtype != torch.int64 or topk_p.dtype != torch.float32:
-        return f"output dtypes {topk_p.dtype}, {topk_index.dtype}"
-    vocab = ref.logits.shape[-1]
-    return f"index outside [0, {vocab})" if bool(((topk_index < 0) | (topk_index >= vocab)).any()) else ""
-
-
 def check(
-    accuracy: Accuracy,
-    topk_p: torch.Tensor,
-    topk_index: torch.Tensor,
-    ref: Truth,
+    accuracy: Accuracy, topk_p: torch.Tensor, topk_index: torch.Tensor, ref: Truth,
     baseline: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> Parity:
+) -> Parity:  # fmt: skip
     """Compare a selection with the reference (verdict) and with the baseline (agreement figures)."""
-    rows = ref.finite
+    rows, vocab, want = ref.finite, ref.logits.shape[-1], tuple(ref.index.shape)
     counts = {"finite_rows": int(rows.sum()), "nonfinite_rows": int((~rows).sum())}
-    problem = _output_problem(topk_p, topk_index, ref)
+    problem = ""
+    if tuple(topk_p.shape) != want or tuple(topk_index.shape) != want:
+        problem = f"output shapes {tuple(topk_p.shape)} and {tuple(topk_index.shape)}, expected {want}"
+    elif topk_index.dtype != torch.int64 or topk_p.dtype != torch.float32:
+        problem = f"output dtypes {topk_p.dtype}, {topk_index.dtype}"
+    elif bool(((topk_index < 0) | (topk_index >= vocab)).any()):
+        problem = f"index outside [0, {vocab})"
     if problem:
         return Parity("fail", *[NAN] * 7, **counts, problem=problem)
     index, p, sub = topk_index[rows], topk_p[rows], ref.subset(rows)
     tie, idx_ok, truth_here, p_ok = slots(accuracy, index, p, sub, ref.logits.dtype)
-    relerr = _max(_relative_error(p, truth_here))
+    relerr = _max_relative_error(p, truth_here)
     if not counts["finite_rows"]:
         verdict, problem = "n/a", "no finite rows"
     elif not bool(idx_ok.all()):
@@ -166,6 +150,6 @@ def check(
         base_p, base_index = baseline[0][rows], baseline[1][rows]
         same = index == base_index
         tied = same | (sub.logit_at(index) == sub.logit_at(base_index))
-        base = [_share(same), _share(tied), _max(_relative_error(p[same], base_p[same].double()))]
+        base = [_share(same), _share(tied), _max_relative_error(p[same], base_p[same].double())]
     same_ref, tie_ref, top1 = _share(index == sub.index), _share(tie), _share(~tie[:, 0])
     return Parity(verdict, same_ref, tie_ref, top1, relerr, *base, **counts, problem=problem)

@@ -32,8 +32,7 @@ def interpreting() -> bool:
 
 
 def availability(device: torch.device) -> str | None:
-    """None when the Triton kernels can run on `device` (a GPU, or the CPU under the interpreter), else why
-    not."""
+    """None when the Triton kernels can run on `device` (a GPU, or the CPU interpreting), else why not."""
     if not triton_installed():
         return NO_TRITON
     return None if torch.device(device).type == "cuda" or interpreting() else NEEDS_GPU

@@ -1,10 +1,6 @@
-"""A record of the Triton kernels a run launches, to prove a compile plan without a GPU.
-
-With `PERFSUITE_LAUNCH_LOG` naming a file, every `topk_softmax.Launch` appends one JSON line: its compile
-key with whether every pointer is 16-byte aligned (Triton specialises on that too), the stage
-(`PERFSUITE_STAGE`, set by `scripts/gpu_check.sh`) and whether a warm worker made it. Each line is one
-short `write` to a file opened for appending, so processes running at once do not interleave within it.
-"""
+"""A record of the Triton kernels a run launches, to prove a compile plan without a GPU: with
+`PERFSUITE_LAUNCH_LOG` naming a file, every `topk_softmax.Launch` appends one JSON line (one short `write`
+to a file opened for appending: processes running at once do not interleave within it)."""
 
 from __future__ import annotations
 
@@ -13,10 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-LOG_ENV = "PERFSUITE_LAUNCH_LOG"
-STAGE_ENV = "PERFSUITE_STAGE"
 WARMED_ENV = "PERFSUITE_LAUNCH_WARMED"  # set (to 1) in the warm workers
-LOG_PATH = os.environ.get(LOG_ENV) or None  # read once: the variable is set before a stage starts
+LOG_PATH = os.environ.get("PERFSUITE_LAUNCH_LOG") or None  # read once: it is set before a stage starts
 
 
 def key_text(key: tuple, aligned: bool = True) -> str:
@@ -25,10 +19,11 @@ def key_text(key: tuple, aligned: bool = True) -> str:
 
 
 def record(key: tuple, aligned: bool) -> None:
-    """Append a launch of `key` to the log named by `PERFSUITE_LAUNCH_LOG` (nothing without it)."""
+    """Append a launch to the log (if any): its key, whether every pointer is 16-byte aligned (Triton
+    specialises on that too), the stage (`PERFSUITE_STAGE`, from `scripts/gpu_check.sh`), if warm made it."""
     if LOG_PATH is not None:
-        warmed = os.environ.get(WARMED_ENV) == "1"
-        line = {"stage": os.environ.get(STAGE_ENV, ""), "warmed": warmed, "key": key_text(key, aligned)}
+        stage, warmed = os.environ.get("PERFSUITE_STAGE", ""), os.environ.get(WARMED_ENV) == "1"
+        line = {"stage": stage, "warmed": warmed, "key": key_text(key, aligned)}
         with open(LOG_PATH, "a", encoding="utf-8") as log:
             log.write(json.dumps(line) + "\n")
 
@@ -44,7 +39,5 @@ class LoggedLaunch:
 
 def read(path: Path) -> list[LoggedLaunch]:
     """The launches recorded in `path`, in order (none for a missing file)."""
-    if not path.exists():
-        return []
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [LoggedLaunch(line["stage"], bool(line["warmed"]), line["key"]) for line in lines]
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [LoggedLaunch(**json.loads(line)) for line in lines if line.strip()]

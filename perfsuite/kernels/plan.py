@@ -14,14 +14,10 @@ import torch
 
 from perfsuite import simulated_gpu
 
-DEFAULT_SM_COUNT = 132  # SMs (CUs on ROCm) assumed when the device cannot be asked: an H100/H200
-
 # Fused: one program per row streams it in tiles of FUSED_TILE_BYTES: 4096 bf16 or 2048 fp32 columns,
-# 32 bytes per thread over 8 warps of 32. Registers grow with columns per thread: 4096 fp32 columns,
-# prefetched, spilled on sm_90 under triton 3.6 (`perfsuite kernels`).
+# 32 bytes per thread over 8 warps of 32 (4096 fp32 columns, prefetched, spilled on sm_90 under triton 3.6).
 FUSED_NUM_WARPS = 8
 FUSED_TILE_BYTES = 8192
-
 # Split, stage 1: program (row, split) scans SPLIT_BLOCK-column tiles of its chunk of the row.
 SPLIT_BLOCK = 1024
 SPLIT_NUM_WARPS = 4
@@ -29,25 +25,20 @@ SPLIT_MIN_CHUNK = 2048  # fewest columns per split: below it the partials and me
 SPLIT_MAX_SPLITS = 256
 SPLIT_MAX_CANDIDATES = 4096  # cap on n_splits * k, the candidates the merge takes per row in one program
 SPLIT_WAVES = 1.0  # target B * n_splits ~= SPLIT_WAVES * SMs: one wave of programs over every SM
+# `triton_auto` splits while B <= this * SMs: above it the fused kernel's B programs keep enough SMs
+# streaming that a second launch (the merge) and the partials' round trip cost more than they save.
 SPLIT_MAX_BATCH_FRACTION = 0.25
-"""`triton_auto` splits while B <= this * SMs. Above it the fused kernel's B programs keep enough SMs
-streaming that a second launch (the merge) and the partials' round trip cost more than they save."""
-
 # Split, stage 2: one program per row merges the partials in tiles of MERGE_TILE candidates.
 MERGE_TILE = 1024
 MERGE_PART_TILE = 256
 MERGE_NUM_WARPS = 4
-
+# Scans load tile t + 1 before reducing tile t, so its loads are in flight during tile t's block-wide max
+# (a barrier per tile). Costs one tile of registers; `perfsuite tune` times both.
 PREFETCH = True
-"""Scans load tile t + 1 before reducing tile t, so its loads are in flight during tile t's block-wide max
-(a barrier per tile). Costs one tile of registers; `perfsuite tune` times both."""
-LOAD_BYTES = 16
-"""The widest global load: a tile gives every thread at least this much per step, and the scans' unmasked
-tiles start at this alignment."""
+LOAD_BYTES = 16  # the widest global load: every thread gets at least this much per tile step
 
 Kernel = Literal["fused", "split"]
-Selection = Literal["topk", "argmax"]
-"""The exact top-k softmax, or the argmax (k = 1, `topk_p = 1.0`) on the same plans, loads and grids."""
+Selection = Literal["topk", "argmax"]  # the exact top-k softmax, or the argmax (k = 1, `topk_p = 1.0`)
 
 
 @dataclass(frozen=True)
@@ -82,9 +73,8 @@ class RowLayout:
 
     @staticmethod
     def of(logits: torch.Tensor) -> RowLayout:
-        """The layout of `logits`, shifted from the 16-byte boundary at or below its first element. Where
-        that boundary lies before the storage (memory from outside torch's allocators) or the pointer is
-        not a multiple of the element size: shift 0, the logits' own pointer, narrower loads."""
+        """The layout of `logits` from the 16-byte boundary at or below its first element; shift 0 (the
+        logits' own pointer, narrower loads) where that lies before the storage or is not element-aligned."""
         size, pointer = logits.element_size(), logits.data_ptr()
         shift = pointer % LOAD_BYTES // size
         if pointer % size or shift > logits.storage_offset():
@@ -93,29 +83,22 @@ class RowLayout:
 
     @staticmethod
     def contiguous(vocab: int, element_size: int, pad: int = 0) -> RowLayout:
-        """Freshly allocated `[B, vocab]` rows `pad` elements apart more than `vocab` (allocators return
-        16-byte aligned storage)."""
+        """Fresh `[B, vocab]` rows `pad` elements apart (allocators return 16-byte aligned storage)."""
         return RowLayout(vocab + pad, 0, element_size)
-
-    @property
-    def vec(self) -> int:
-        """Columns per 16-byte load."""
-        return LOAD_BYTES // self.element_size
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """What a plan needs of the GPU: SMs (CUs), threads per warp (wavefront), the name tuned plans are
-    filed under ("" without a GPU)."""
+    """What a plan needs of the GPU: SMs (CUs), threads per warp (wavefront), the name tuned plans are filed
+    under; the default (no name) an H100/H200, assumed when the device cannot be asked."""
 
-    sms: int = DEFAULT_SM_COUNT
+    sms: int = 132
     warp_size: int = 32
     name: str = ""
 
 
 def hardware(device: torch.device | str | None = None) -> Hardware:
-    """The Hardware of `device` (default: the current GPU); the default one for the CPU, without a GPU,
-    or when it cannot be asked."""
+    """The Hardware of `device` (default: the current GPU); the default one without a GPU."""
     device = torch.device(device if device is not None else "cuda")
     if device.type != "cuda" or not torch.cuda.is_available():
         return Hardware()
@@ -152,8 +135,8 @@ def split_plan(
     prefetch: bool = PREFETCH,
 ) -> Plan:  # fmt: skip
     """Each row over enough programs to fill about `waves` waves of the SMs: chunks a multiple of `block`
-    (grown to `min_block`, e.g. 2048 bf16 columns over 4 wavefronts of 64) and at least SPLIT_MIN_CHUNK
-    columns, splits capped by SPLIT_MAX_SPLITS and SPLIT_MAX_CANDIDATES // k (the merge's work)."""
+    (at least `min_block`) of at least SPLIT_MIN_CHUNK columns, at most SPLIT_MAX_SPLITS and
+    SPLIT_MAX_CANDIDATES // k splits (the merge's work)."""
     block = max(block, min_block(element_size, hw.warp_size, num_warps))
     target = math.ceil(waves * hw.sms / max(batch, 1))
     target = max(1, min(target, SPLIT_MAX_SPLITS, max(1, SPLIT_MAX_CANDIDATES // k)))
@@ -165,9 +148,8 @@ def choose(
     batch: int, vocab: int, k: int, hw: Hardware = Hardware(), element_size: int = 2,
     selection: Selection = "topk",
 ) -> Plan:  # fmt: skip
-    """The kernel expected to be fastest for `[batch, vocab]`, top-`k`, on `hw`, by heuristic: split while
-    the batch leaves most SMs idle (fused keeps at most B busy) and the row holds two chunks of
-    SPLIT_MIN_CHUNK, fused otherwise (`perfsuite tune` measures the crossover on a GPU)."""
+    """The heuristic plan: split while the batch leaves most SMs idle and the row holds two chunks of
+    SPLIT_MIN_CHUNK, else fused (`perfsuite tune` measures the crossover on a GPU)."""
     if batch <= SPLIT_MAX_BATCH_FRACTION * hw.sms and vocab >= 2 * SPLIT_MIN_CHUNK:
         return split_plan(batch, vocab, k, hw, element_size).selecting(selection)
     return fused_plan(hw, element_size).selecting(selection)

@@ -1,11 +1,7 @@
 """Tuned launch plans: measured on a GPU by `perfsuite tune`, one JSON table per device name, used by
-`triton_auto` (and, for entries whose `best.selection` is "argmax", `triton_argmax`).
-
-`best_plan` takes the entry nearest a shape (same element size and selection; distance in octaves of
-batch, vocab and k) and applies its tunables to the shape; without one, the heuristic `plan.choose`.
-Tables come from `perfsuite/kernels/tuned/*.json` and the files in `PERFSUITE_PLANS` (os.pathsep-separated,
-the later winning for one device), and are written whole (`replace_text`).
-"""
+`triton_auto` (and, for entries whose `best.selection` is "argmax", `triton_argmax`). Tables come from
+`perfsuite/kernels/tuned/*.json` and the files in `PERFSUITE_PLANS` (os.pathsep-separated, the later winning
+for one device)."""
 
 from __future__ import annotations
 
@@ -41,8 +37,8 @@ class Tunables:
     selection: plans.Selection = "topk"
 
     @staticmethod
-    def of(plan: plans.Plan, waves: float = plans.SPLIT_WAVES) -> Tunables:
-        waves = waves if plan.kernel == "split" else 0.0
+    def of(plan: plans.Plan) -> Tunables:
+        waves = plans.SPLIT_WAVES if plan.kernel == "split" else 0.0
         return Tunables(plan.kernel, plan.block, plan.num_warps, waves, plan.prefetch, plan.selection)
 
     def describe(self) -> str:
@@ -106,8 +102,8 @@ class TunedTable:
 
 
 def replace_text(path: Path, text: str) -> None:
-    """Replace `path`'s content at once: a temporary file in its folder, flushed to disk, then renamed
-    over it (`os.replace`, atomic): readers see the old or the new text, never part of it."""
+    """Replace `path`'s content atomically: a temporary file in its folder, flushed to disk, renamed over it
+    (`os.replace`): readers see the old or the new text, never part of it."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
@@ -118,11 +114,6 @@ def replace_text(path: Path, text: str) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
-
-
-def slug(device: str) -> str:
-    """A file name for a device name: "NVIDIA H200" -> "nvidia-h200"."""
-    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "device"
 
 
 @cache
@@ -152,12 +143,12 @@ def best_plan(
     batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware,
     selection: plans.Selection = "topk",
 ) -> plans.Plan:  # fmt: skip
-    """The plan of the nearest tuned shape of `selection` where `hw`'s device has a table, else the
-    heuristic (memoised: it runs ahead of every `triton_auto` / `triton_argmax` launch)."""
+    """The tunables of the nearest tuned shape (same element size and selection; distance in octaves of
+    batch, vocab and k) applied to this one where `hw`'s device has a table, else the heuristic plan."""
     return _best_plan(batch, vocab, k, dtype, hw, os.environ.get(PLANS_ENV, ""), selection)
 
 
-@cache
+@cache  # it runs ahead of every `triton_auto` / `triton_argmax` launch
 def _best_plan(
     batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware, plans_env: str,
     selection: plans.Selection,
@@ -185,5 +176,7 @@ class Device(Protocol):
 
 
 def default_path(info: Device) -> Path:
-    """Where `perfsuite tune` files a device's table by default: the packaged tables, by device name."""
-    return PACKAGED / f"{slug(plans.hardware(info.device).name or info.name)}.json"
+    """Where `perfsuite tune` files a device's table by default: the packaged tables, by a file name made of
+    the device name ("NVIDIA H200" -> "nvidia-h200.json")."""
+    name = re.sub(r"[^a-z0-9]+", "-", (plans.hardware(info.device).name or info.name).lower()).strip("-")
+    return PACKAGED / f"{name or 'device'}.json"

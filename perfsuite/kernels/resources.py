@@ -1,14 +1,11 @@
-"""`perfsuite kernels`: the Triton kernels compiled ahead of time for GPU targets, without a GPU.
-
-The interpreter checks what the kernels compute, not that they compile. This compiles the launches a
-plan makes for NVIDIA (PTX, cubin through Triton's ptxas) and AMD (AMDGCN) targets, specialised as Triton
-specialises them at run time (`Launch.specialisation`; pointers 16-byte aligned), and reads back
-registers, spills, shared memory, occupancy and the load widths, overall and inside loops. Needs Triton's
-compiler: call it with TRITON_INTERPRET unset.
-"""
+"""`perfsuite kernels`: the launches a plan makes, compiled ahead of time with Triton's compiler (call it with
+TRITON_INTERPRET unset) for NVIDIA (PTX, cubin) and AMD (AMDGCN) targets without a GPU, specialised as Triton
+specialises them at run time (`Launch.specialisation`; pointers 16-byte aligned): registers, spills, shared
+memory, occupancy and the load widths, overall and inside loops."""
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -19,7 +16,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,17 +47,14 @@ class Target:
     max_waves: int = 8  # AMD: waves per SIMD
 
 
-TARGETS: dict[str, Target] = {
-    t.name: t
-    for t in (
-        Target("sm_80", "cuda", 80, 32, 108, "A100", shared_bytes=164 << 10),
-        Target("sm_90", "cuda", 90, 32, 132, "H100, H200", shared_bytes=228 << 10),
-        Target("sm_100", "cuda", 100, 32, 148, "B200", shared_bytes=228 << 10),
-        Target("gfx90a", "hip", "gfx90a", 64, 110, "MI250X (one GCD)"),
-        Target("gfx942", "hip", "gfx942", 64, 304, "MI300X, MI325X"),
-        Target("gfx950", "hip", "gfx950", 64, 256, "MI355X"),
-    )
-}
+TARGETS: dict[str, Target] = {t.name: t for t in (
+    Target("sm_80", "cuda", 80, 32, 108, "A100", shared_bytes=164 << 10),
+    Target("sm_90", "cuda", 90, 32, 132, "H100, H200", shared_bytes=228 << 10),
+    Target("sm_100", "cuda", 100, 32, 148, "B200", shared_bytes=228 << 10),
+    Target("gfx90a", "hip", "gfx90a", 64, 110, "MI250X (one GCD)"),
+    Target("gfx942", "hip", "gfx942", 64, 304, "MI300X, MI325X"),
+    Target("gfx950", "hip", "gfx950", 64, 256, "MI355X"),
+)}  # fmt: skip
 DEFAULT_TARGETS = ("sm_90", "gfx942")
 
 CUDA_BLOCKS_PER_SM = 32
@@ -108,19 +102,11 @@ def _signature(fn, scalars: tuple, element_type: str, constants: dict) -> tuple[
     from perfsuite.kernels.topk_softmax import POINTER_TYPES
 
     by_name = {name: (kind, attr) for name, kind, attr in scalars}
-    signature, constants, attrs = {}, dict(constants), {}
-    for index, name in enumerate(fn.arg_names):
-        kind, attr = by_name.get(name, ("constexpr", None))
-        if name in POINTER_TYPES:
-            signature[name] = "*" + (element_type if POINTER_TYPES[name] == "input" else POINTER_TYPES[name])
-            attrs[(index,)] = [["tt.divisibility", 16]]
-            continue
-        signature[name] = kind
-        if kind == "constexpr" and attr is not None:
-            constants[name] = int(attr)
-        elif attr == "D":
-            attrs[(index,)] = [["tt.divisibility", 16]]
-    return signature, constants, attrs
+    by_name |= {name: ("*" + (element_type if t == "input" else t), "D") for name, t in POINTER_TYPES.items()}
+    kinds = {name: by_name.get(name, ("constexpr", None)) for name in fn.arg_names}
+    found = {name: int(attr) for name, (kind, attr) in kinds.items() if kind == "constexpr" and attr}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (_, attr) in enumerate(kinds.values()) if attr == "D"}
+    return {name: kind for name, (kind, _) in kinds.items()}, {**constants, **found}, attrs
 
 
 LOAD_BYTES_PTX = re.compile(r"\bld\.global\S*?(?:\.v(\d))?\.[bfsu](\d+)\b")
@@ -155,23 +141,19 @@ always comment a loop of one block, e.g. `$L__BB0_2: // %.lr.ph`)."""
 
 def loop_code(asm: str) -> str:
     """The lines of `asm` (PTX or AMDGCN) inside loops: the blocks LLVM's comments place in a loop, and the
-    lines from a label to a branch back to it."""
+    lines from a label to a branch back to it; no labels."""
     lines = asm.splitlines()
-    looped = [False] * len(lines)
-    inside, labels = False, {}
+    looped, inside, labels = [False] * len(lines), False, {}
     for i, line in enumerate(lines):
-        if BLOCK_LABEL.match(line):
-            inside = "Loop" in line
-        else:
-            looped[i] = inside
-        named = LABEL_NAME.match(line)
-        if named:
+        inside = "Loop" in line if BLOCK_LABEL.match(line) else inside
+        looped[i] = inside
+        if named := LABEL_NAME.match(line):
             labels[named.group(1)] = i
-        target = BRANCH_TARGET.search(line)
-        if target and target.group(1) in labels:  # a backward branch: the lines since its label loop
-            for j in range(labels[target.group(1)] + 1, i + 1):
-                looped[j] = looped[j] or not BLOCK_LABEL.match(lines[j])
-    return "\n".join(line for line, kept in zip(lines, looped, strict=True) if kept)
+        if (target := BRANCH_TARGET.search(line)) and target.group(1) in labels:  # a backward branch: a loop
+            looped[labels[target.group(1)] + 1 : i + 1] = [True] * (i - labels[target.group(1)])
+    return "\n".join(
+        line for line, kept in zip(lines, looped, strict=True) if kept and not BLOCK_LABEL.match(line)
+    )
 
 
 def narrowest_loop_load(asm: str, backend: str) -> int | None:
@@ -193,48 +175,33 @@ def cuda_occupancy(target: Target, registers: int, shared: int, num_warps: int) 
     return blocks * num_warps / target.max_warps
 
 
-def _cuda_resources(compiled, target: Target, num_warps: int) -> dict:
-    shared, ptx = int(compiled.metadata.shared), compiled.asm["ptx"]
-    loads = {
-        "widest_load_bytes": widest_load(ptx, "cuda"),
-        "loop_load_bytes": narrowest_loop_load(ptx, "cuda"),
-    }
-    found = {"shared_bytes": shared, **loads}
+def _read(compiled, target: Target, num_warps: int) -> tuple[dict, dict[str, str]]:
+    """What `Resources` reads of a compiled kernel (loads from its PTX / AMDGCN, registers and spills from
+    cuobjdump or the AMDGCN's notes), and its code by file extension."""
+    backend, shared = target.backend, int(compiled.metadata.shared)
+    asm = compiled.asm["ptx" if backend == "cuda" else "amdgcn"]
+    found = {"shared_bytes": shared, "widest_load_bytes": widest_load(asm, backend)}
+    found["loop_load_bytes"] = narrowest_loop_load(asm, backend)
+    if backend != "cuda":
+        spills = [_amdgcn_field(asm, rf"\.{kind}_spill_count:\s+(\d+)") or 0 for kind in ("vgpr", "sgpr")]
+        waves = _amdgcn_field(asm, r"; Occupancy: (\d+)")
+        found["registers"] = _amdgcn_field(asm, r"\.vgpr_count:\s+(\d+)")
+        found["spill_bytes"] = max(_amdgcn_field(asm, r"; ScratchSize: (\d+)") or 0, sum(spills))
+        found["occupancy"] = None if waves is None else waves / target.max_waves
+        return found, {"ttgir": compiled.asm["ttgir"], "amdgcn": asm}
     usage = _cuobjdump(compiled.asm["cubin"], "-res-usage")
     match = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
     if match:
         registers, stack, local = (int(g) for g in match.groups())
         occupancy = cuda_occupancy(target, registers, shared, num_warps)
         found |= {"registers": registers, "spill_bytes": stack + local, "occupancy": occupancy}
-    return found
+    sass = _cuobjdump(compiled.asm["cubin"], "-sass")
+    return found, {"ttgir": compiled.asm["ttgir"], "ptx": asm, "sass": sass}
 
 
-def _amd_resources(compiled, target: Target) -> dict:
-    asm = compiled.asm["amdgcn"]
-    spills = [_amdgcn_field(asm, rf"\.{kind}_spill_count:\s+(\d+)") or 0 for kind in ("vgpr", "sgpr")]
-    waves = _amdgcn_field(asm, r"; Occupancy: (\d+)")
-    return {
-        "registers": _amdgcn_field(asm, r"\.vgpr_count:\s+(\d+)"),
-        "spill_bytes": max(_amdgcn_field(asm, r"; ScratchSize: (\d+)") or 0, sum(spills)),
-        "shared_bytes": int(compiled.metadata.shared),
-        "occupancy": None if waves is None else waves / target.max_waves,
-        "widest_load_bytes": widest_load(asm, "hip"),
-        "loop_load_bytes": narrowest_loop_load(asm, "hip"),
-    }
-
-
-def _root_cause(error: BaseException) -> str:
-    """The innermost exception of a chain, on one line: Triton wraps it in source excerpts."""
-    while error.__cause__ is not None:
-        error = error.__cause__
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
-
-
+# (target, kernel, logits type, integer specialisation, constants, warps): one compiled kernel
 CompileKey = tuple[str, str, str, tuple, tuple, int]
-"""(target, kernel, logits type, integer specialisation, constants, warps): one compiled kernel."""
-
-_COMPILED: dict[CompileKey, tuple[Resources, dict[str, str]]] = {}
-"""Every kernel compiled in this process (or by `compile_ahead`'s workers), with its code."""
+_COMPILED: dict[CompileKey, tuple[Resources, dict[str, str]]] = {}  # here or by `compile_ahead`'s workers
 
 
 def _compile_now(key: CompileKey) -> tuple[Resources, dict[str, str]]:
@@ -259,14 +226,11 @@ def _compile_now(key: CompileKey) -> tuple[Resources, dict[str, str]]:
             options={"num_warps": num_warps},
         )
     except Exception as error:  # a compile error is this report's finding, not a crash
-        return Resources(**{**asdict(row), "error": _root_cause(error)}), {}
-    texts = {"ttgir": compiled.asm["ttgir"]}
-    if target.backend == "cuda":
-        found = _cuda_resources(compiled, target, num_warps)
-        texts |= {"ptx": compiled.asm["ptx"], "sass": _cuobjdump(compiled.asm["cubin"], "-sass")}
-    else:
-        found, texts["amdgcn"] = _amd_resources(compiled, target), compiled.asm["amdgcn"]
-    return Resources(**{**asdict(row), **found}), texts
+        while error.__cause__ is not None:  # the innermost, on one line: Triton wraps it in source excerpts
+            error = error.__cause__
+        return replace(row, error=f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]), {}
+    found, texts = _read(compiled, target, num_warps)
+    return replace(row, **found), texts
 
 
 def compile_key(target: str, launch: Launch, dtype: torch.dtype) -> CompileKey:
@@ -276,32 +240,9 @@ def compile_key(target: str, launch: Launch, dtype: torch.dtype) -> CompileKey:
     return (target, launch.kernel, TRITON_TYPES[dtype], launch.specialisation(), constants, launch.num_warps)
 
 
-def _compiled(key: CompileKey) -> tuple[Resources, dict[str, str]]:
-    if key not in _COMPILED:
-        _COMPILED[key] = _compile_now(key)
-    return _COMPILED[key]
-
-
-def compile_launch(target: str, launch: Launch, dtype: torch.dtype) -> Resources:
-    """Compile one `topk_softmax.Launch` for `target` with logits of `dtype` (memoised)."""
-    return _compiled(compile_key(target, launch, dtype))[0]
-
-
-def write_assembly(folder: Path, row: dict, texts: dict[str, str]) -> None:
-    """`folder/<target>/<kernel>-<dtype>-<constants>-w<warps>[-unaligned-rows][-shift<n>].<ext>` for each
-    text."""
-    constants = row["constants"].replace("=", "").replace(", ", "-")
-    layout = "" if row["rows_aligned"] else "-unaligned-rows"
-    layout += f"-shift{row['shift']}" if row["shift"] else ""
-    (folder / row["target"]).mkdir(parents=True, exist_ok=True)
-    for ext, text in texts.items():
-        name = f"{row['kernel']}-{row['dtype']}-{constants}-w{row['num_warps']}{layout}.{ext}"
-        (folder / row["target"] / name).write_text(text)
-
-
+# The report's second view of each shape starts 3 elements past a 16-byte boundary (`buf[:, 3:3 + V]`):
+# Triton sees the logits' own pointer as unaligned there, the kernels' base pointer as aligned.
 ODD_VIEW_SHIFT = 3
-"""The report's second view of each shape starts 3 elements past a 16-byte boundary (`buf[:, 3:3 + V]`):
-Triton sees the logits' own pointer as unaligned there, the kernels' base pointer as aligned."""
 
 Shape = tuple[torch.dtype, int, int, int]  # (dtype, batch, vocab, k)
 
@@ -327,10 +268,6 @@ def _planned(shapes: Iterable[Shape], targets: Iterable[str]) -> Iterator[tuple[
                         yield target, shape, fields, launch
 
 
-def _ignore_interrupts() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool
-
-
 def compile_ahead(
     shapes: Iterable[Shape], targets: Iterable[str] = DEFAULT_TARGETS, jobs: int | None = None
 ) -> int:
@@ -342,10 +279,11 @@ def compile_ahead(
     jobs = min(jobs or os.cpu_count() or 1, len(keys))
     if jobs <= 1:
         for key in keys:
-            _compiled(key)
+            _COMPILED[key] = _compile_now(key)
         return len(keys)
     context = multiprocessing.get_context("spawn")  # no state of this process in the workers
-    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_ignore_interrupts)
+    ignore_interrupts = functools.partial(signal.signal, signal.SIGINT, signal.SIG_IGN)  # the parent stops it
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=ignore_interrupts)
     try:
         futures = {pool.submit(_compile_now, key): key for key in keys}
         for future in as_completed(futures):
@@ -367,13 +305,23 @@ def plan_resources(
     shapes: Iterable[Shape], targets: Iterable[str] = DEFAULT_TARGETS, asm_dir: Path | None = None
 ) -> pd.DataFrame:
     """One row per target, shape, view and launch of `_planned`, with the launch's resources (compiled
-    once per key); with `asm_dir`, each kernel's code is written there too (`write_assembly`)."""
+    once per key); with `asm_dir`, each kernel's code is written there too, one file per text:
+    `<target>/<kernel>-<dtype>-<constants>-w<warps>[-unaligned-rows][-shift<n>].<ext>`."""
     rows = []
     for target, shape, fields, launch in _planned(shapes, targets):
-        found, texts = _compiled(compile_key(target, launch, shape[0]))
+        if (key := compile_key(target, launch, shape[0])) not in _COMPILED:
+            _COMPILED[key] = _compile_now(key)
+        found, texts = _COMPILED[key]
         rows.append({**fields, "grid": launch.grid, **asdict(found)})
         if asm_dir is not None:
-            write_assembly(asm_dir, rows[-1], texts)
+            constants, shift = found.constants.replace("=", "").replace(", ", "-"), fields["shift"]
+            name = f"{launch.kernel}-{found.dtype}-{constants}-w{launch.num_warps}"
+            name += ("" if fields["rows_aligned"] else "-unaligned-rows") + (
+                f"-shift{shift}" if shift else ""
+            )
+            (asm_dir / target).mkdir(parents=True, exist_ok=True)
+            for ext, text in texts.items():
+                (asm_dir / target / f"{name}.{ext}").write_text(text)
     frame = pd.DataFrame(rows)
     return frame[FRONT_COLUMNS + [c for c in frame if c not in FRONT_COLUMNS]] if len(frame) else frame
 
@@ -393,7 +341,6 @@ def compile_report(
                 frames.append(plan_resources([shape], [target], asm_dir))
     except KeyboardInterrupt:
         interrupted = True
-    frames = [f for f in frames if len(f)]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=REPORT_COLUMNS)
     return table, interrupted
 

@@ -1,9 +1,6 @@
-"""The launch code of the Triton kernels (`triton_code`): plans to grids, tensors to arguments.
-
-`run_plan` runs a plan: the exact top-k softmax (`(topk_p float32 [B, k], topk_index int64 [B, k])`,
-fused in one pass or split into `row_partials` and `merge_partials`) or the argmax (k = 1, `topk_p = 1.0`).
-How the kernels order, load, specialise and treat non-finite rows: docs/triton.md.
-"""
+"""The launch code of the Triton kernels (`triton_code`): plans to grids, tensors to arguments. `run_plan`
+runs a plan: the exact top-k softmax (`(topk_p float32 [B, k], topk_index int64 [B, k])`, fused in one pass
+or split into `row_partials` and `merge_partials`) or the argmax (k = 1, `topk_p = 1.0`); docs/triton.md."""
 
 from __future__ import annotations
 
@@ -21,37 +18,22 @@ from perfsuite.kernels.plan import RowLayout
 
 @dataclass(frozen=True)
 class Partials:
-    """Per-split summaries of a row, enough to finish an exact top-k softmax without the logits; partials of
-    disjoint column ranges (splits, tensor-parallel ranks) concatenated along S merge with `merge_partials`.
-    max `[B, S]`: the split's largest logit, NaN counted as +inf; sumexp `[B, S]`: `sum(exp(x - max))`, NaN
-    with a NaN or +inf; values / indices `[B, S, k]`: its top-k, -inf / -1 past its length."""
+    """Per-split summaries of a row, enough to finish an exact top-k softmax without the logits: partials of
+    disjoint column ranges (splits, tensor-parallel ranks) concatenated along S merge (`merge_partials`)."""
 
-    max: torch.Tensor
-    sumexp: torch.Tensor
-    values: torch.Tensor
-    indices: torch.Tensor
-
-    @property
-    def n_parts(self) -> int:
-        return self.max.shape[1]
-
-    @property
-    def k(self) -> int:
-        return self.values.shape[2]
+    max: torch.Tensor  # [B, S]: the split's largest logit, NaN counted as +inf
+    sumexp: torch.Tensor  # [B, S]: sum(exp(x - max)), NaN with a NaN or +inf
+    values: torch.Tensor  # [B, S, k]: its top-k, -inf past its length
+    indices: torch.Tensor  # [B, S, k]: their columns, -1 past its length
 
 
-KERNELS = {
-    "fused": code._fused_kernel, "partials": code._partials_kernel, "merge": code._merge_kernel,
-    "argmax": code._argmax_kernel, "argmax_partials": code._argmax_partials_kernel,
-    "argmax_merge": code._argmax_merge_kernel,
-}  # fmt: skip
-LOGITS_KERNELS = ("fused", "partials", "argmax", "argmax_partials")  # their pointer's type: the logits'
+KERNELS = {name: getattr(code, f"_{name}_kernel") for name in code.UNSPECIALISED}  # "fused": _fused_kernel
 
+# The element type of every kernel's pointer arguments, by name ("input": the logits').
 POINTER_TYPES = {
     "base_ptr": "input", "p_ptr": "fp32", "max_ptr": "fp32", "sum_ptr": "fp32", "val_ptr": "fp32",
     "idx_ptr": "i64", "out_idx_ptr": "i64", "cand_ptr": "i64",
 }  # fmt: skip
-"""Element type of every kernel's pointer arguments, by name ("input": the logits' dtype)."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +56,8 @@ class Launch:
             kernel[self.grid](*tensors, **self.scalars, **self.constants, num_warps=self.num_warps)
 
     def specialisation(self) -> tuple[tuple[str, str, str], ...]:
-        """The integer arguments as Triton's launcher specialises them, by name: `(name, type, "D")` for a
-        multiple of 16, `(name, "constexpr", "1")` for a 1, `(name, type, "")` otherwise and for the
-        kernel's `UNSPECIALISED` ones (type: i32, or i64 past its range)."""
+        """The integer arguments as Triton's launcher specialises them: `(name, i32 / i64, "D")` for a
+        multiple of 16, `(name, "constexpr", "1")` for a 1, else (or `UNSPECIALISED`) `(name, type, "")`."""
         found = []
         for name, value in sorted(self.scalars.items()):
             kind = "i32" if -(2**31) <= value < 2**31 else "i64"
@@ -90,17 +71,15 @@ class Launch:
 
     def compile_key(self, dtype: torch.dtype) -> tuple:
         """What Triton compiles this launch by, with logits of `dtype` and 16-byte aligned pointers (fresh
-        outputs, `aligned_base`): launches with equal keys share one compiled kernel."""
-        logits = str(dtype) if self.kernel in LOGITS_KERNELS else ""
+        outputs, `aligned_base`)."""
+        logits = str(dtype) if "base_ptr" in KERNELS[self.kernel].arg_names else ""  # a kernel of the logits
         return (self.kernel, logits, tuple(self.constants.items()), self.specialisation(), self.num_warps)
 
 
 def aligned_base(logits: torch.Tensor, layout: RowLayout) -> torch.Tensor:
-    """The kernels' `base_ptr`: a view of the logits' storage `layout.shift` elements before the first row
-    (the logits themselves for shift 0); the kernels add the shift back."""
-    if layout.shift == 0:
-        return logits
-    return logits.as_strided((1,), (1,), logits.storage_offset() - layout.shift)
+    """The kernels' `base_ptr`: the logits' storage `layout.shift` elements before the first row."""
+    shift = layout.shift
+    return logits if shift == 0 else logits.as_strided((1,), (1,), logits.storage_offset() - shift)
 
 
 def _slots(k: int) -> int:
@@ -116,8 +95,8 @@ def _tile(block: int, columns: int) -> int:
 def scan_launch(
     kernel: str, batch: int, vocab: int, k: int, layout: RowLayout, plan: plans.Plan, index_offset: int = 0
 ) -> Launch:
-    """A scan over `[batch, vocab]` on `plan`'s tunables: grid `(B,)` for "fused" and "argmax", `(B,
-    splits)` in chunks of `plan.chunk` columns for "partials" and "argmax_partials"."""
+    """A scan over `[batch, vocab]` on `plan`'s tunables: grid `(B,)`, or `(B, splits)` of `plan.chunk`
+    columns for "partials" and "argmax_partials"."""
     scalars = {"V": vocab, "stride_row": layout.stride, "shift": layout.shift}
     grid, columns = (batch,), vocab
     if kernel.endswith("partials"):
@@ -125,13 +104,17 @@ def scan_launch(
         scalars |= {"chunk": plan.chunk, "n_splits": grid[1]}
         scalars |= {"index_offset": index_offset} if kernel == "partials" else {}
     constants = {} if kernel.startswith("argmax") else {"K": k, "KP": _slots(k)}
-    constants |= {"BLOCK": _tile(plan.block, columns), "VEC": layout.vec, "PREFETCH": plan.prefetch}
+    constants |= {
+        "BLOCK": _tile(plan.block, columns),
+        "VEC": plans.LOAD_BYTES // layout.element_size,
+        "PREFETCH": plan.prefetch,
+    }
     return Launch(kernel, grid, scalars, constants, plan.num_warps)
 
 
 def merge_launch(batch: int, n_parts: int, k: int, part_k: int | None) -> Launch:
-    """The merge of `n_parts` partials per row, top-`part_k` each, into the top-k; part_k None: the
-    argmax's merge of packed candidates. Grid `(B,)`."""
+    """The merge of `n_parts` partials per row, top-`part_k` each, into the top-k (part_k None: the argmax's
+    merge of packed candidates)."""
     part_tile = {"PART_TILE": _tile(plans.MERGE_PART_TILE, n_parts)}
     if part_k is None:
         return Launch("argmax_merge", (batch,), {"n_parts": n_parts}, part_tile, plans.MERGE_NUM_WARPS)
@@ -166,9 +149,8 @@ def row_partials(
     logits: torch.Tensor, k: int, *, chunk: int | None = None, block: int | None = None,
     num_warps: int | None = None, index_offset: int = 0, prefetch: bool | None = None,
 ) -> Partials:  # fmt: skip
-    """Stage 1 of the split kernel: one program per (row, chunk of `chunk` columns), grid `(B, S)`; what is
-    not given comes from the split plan for this shape and device. Indices are global columns plus
-    `index_offset` (a tensor-parallel rank's first vocabulary column)."""
+    """Stage 1 of the split kernel, grid `(B, S)`, the tunables not given from the split plan; indices are
+    global columns plus `index_offset` (a tensor-parallel rank's first vocabulary column)."""
     _check(logits, k)
     batch, vocab = logits.shape
     plan = plans.split_plan(batch, vocab, k, plans.hardware(logits.device), logits.element_size())
@@ -187,16 +169,15 @@ def row_partials(
 
 
 def merge_partials(partials: Partials, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stage 2: exact `(topk_p, topk_index)` from partials of disjoint column ranges, grid `(B,)`; `k`
-    defaults to the partials' k and may not exceed it."""
-    k = partials.k if k is None else k
-    if not 1 <= k <= partials.k:
-        raise ValueError(f"k must be in [1, {partials.k}] (the partials' k), got {k}")
+    """Stage 2: exact `(topk_p, topk_index)` from partials of disjoint column ranges (k: at most theirs)."""
+    (batch, n_parts), part_k = partials.max.shape, partials.values.shape[2]
+    k = part_k if k is None else k
+    if not 1 <= k <= part_k:
+        raise ValueError(f"k must be in [1, {part_k}] (the partials' k), got {k}")
     tensors = [t.contiguous() for t in vars(partials).values()]
-    batch = partials.max.shape[0]
     outputs = _outputs(batch, k, partials.max.device)
     if batch > 0:
-        merge_launch(batch, partials.n_parts, k, partials.k)(*tensors, *outputs)
+        merge_launch(batch, n_parts, k, part_k)(*tensors, *outputs)
     return outputs
 
 

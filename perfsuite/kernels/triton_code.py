@@ -1,6 +1,5 @@
-"""The Triton device code: order keys, the running top-k, the aligned scans, the exact top-k softmax
-kernels (fused; split partials and merge) and the argmax kernels on the same keys and scans. The launch
-code is `topk_softmax`; the algorithm is explained in docs/triton.md."""
+"""The Triton device code: order keys, the running top-k, the aligned scans, the exact top-k softmax kernels
+(fused; split partials and merge) and the argmax kernels on the same keys and scans (docs/triton.md)."""
 
 from __future__ import annotations
 
@@ -11,11 +10,11 @@ _NAN_KEY = tl.constexpr(0x7FFFFFFF)  # key of every NaN: above +inf's (0x7F80000
 _EMPTY_KEY = tl.constexpr(-(2**31))  # key of a masked lane: below -inf's (-0x7F800001)
 _EMPTY = tl.constexpr(-(2**63))  # packed candidate of an empty slot: below every real one
 
+# Integer arguments of each kernel that Triton does not specialise on their value (`do_not_specialize`).
 UNSPECIALISED = {
     "fused": (), "partials": ("n_splits", "index_offset"), "merge": ("n_parts", "part_k"), "argmax": (),
     "argmax_partials": ("n_splits",), "argmax_merge": ("n_parts",),
 }  # fmt: skip
-"""Integer arguments of each kernel that Triton does not specialise on their value (`do_not_specialize`)."""
 
 
 @triton.jit
@@ -56,8 +55,8 @@ def _unpack(packed):
 
 @triton.jit
 def _insert(run, packed, slots, K: tl.constexpr):
-    """Merge the candidates `packed` (any size) into the sorted running top-k `run` (`[KP]`, descending):
-    K rounds of "take the largest of both, remove it" (candidates are distinct)."""
+    """Merge the (distinct) candidates `packed` into the descending running top-k `run`: K rounds of "take
+    the largest of both, remove it"."""
     out = tl.full(slots.shape, _EMPTY, tl.int64)
     for i in range(K):
         best = tl.maximum(tl.max(packed, axis=0), tl.max(run, axis=0))
@@ -75,8 +74,8 @@ def _kth(run, slots, K: tl.constexpr):
 
 @triton.jit
 def _consume(x, key, cols, m, s, run, kth_key, slots, K: tl.constexpr):
-    """Fold one tile into the scan state (m, s, run, kth_key); masked lanes hold x = -inf, key = _EMPTY_KEY.
-    Only a tile whose best key beats the k-th one is merged (tiles come in column order: a tie loses)."""
+    """Fold one tile into the scan state (masked lanes: x = -inf, key = _EMPTY_KEY); only a tile whose best
+    key beats the k-th one is merged (tiles come in column order: a tie loses)."""
     top_key = tl.max(key, axis=0)
     top = _key_value(top_key)
     top = tl.where(top != top, float("inf"), top)  # NaN counts as +inf
@@ -93,8 +92,8 @@ def _consume(x, key, cols, m, s, run, kth_key, slots, K: tl.constexpr):
 
 @triton.jit
 def first_aligned(phase, col_start, col_end, VEC: tl.constexpr):
-    """The first column >= col_start whose address is 16-byte aligned (VEC columns per 16 bytes), for a
-    row starting `phase` columns past a 16-byte boundary; col_end when the range has none."""
+    """The first 16-byte aligned column >= col_start of a row starting `phase` columns past a boundary (VEC
+    columns per 16 bytes); col_end when the range has none."""
     return tl.minimum(col_start + (VEC - (phase + col_start) % VEC) % VEC, col_end)
 
 
@@ -108,8 +107,8 @@ def _load_masked(base_ptr, row_start, cols, col_end):
 
 @triton.jit
 def _load_aligned(base_ptr, row_start, start, body_end, lanes, VEC: tl.constexpr, BLOCK: tl.constexpr):
-    """The tile of columns `start + lanes` (16-byte aligned from `base_ptr`) in the logits' dtype when it
-    starts before `body_end`, else nothing: all lanes or none, so the loads stay 16 bytes wide."""
+    """The aligned tile of columns `start + lanes` when it starts before `body_end`, else nothing: all
+    lanes or none, so the loads stay 16 bytes wide."""
     offset = tl.multiple_of(row_start + start, VEC)
     return tl.load(base_ptr + offset + lanes, mask=lanes < tl.where(start < body_end, BLOCK, 0), other=0.0)
 
@@ -125,10 +124,8 @@ def _scan(
     base_ptr, row_start, col_start, col_end, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
     VEC: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    """One pass over columns [col_start, col_end) of the row at `base_ptr + row_start`: (max, NaN counted
-    as +inf; sum of exp(x - max), NaN with a NaN or +inf; `[KP]` packed top-k, descending, _EMPTY past
-    the range). Loads: a masked head to the first 16-byte boundary, unmasked aligned BLOCK tiles, a
-    masked tail."""
+    """(max, NaN counted as +inf; sum of exp(x - max); `[KP]` packed top-k, descending) of columns
+    [col_start, col_end): a masked head to the first 16-byte boundary, aligned BLOCK tiles, a masked tail."""
     slots = tl.arange(0, KP)
     lanes = tl.arange(0, BLOCK)
     run = tl.full([KP], _EMPTY, tl.int64)
@@ -172,8 +169,7 @@ def _fused_kernel(
     base_ptr, p_ptr, idx_ptr, V, stride_row, shift, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
     VEC: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    """Program `row`: online softmax and running top-k over the whole row, then `[k]` outputs (`base_ptr`:
-    the 16-byte boundary `shift` elements below the first row's start)."""
+    """Program `row`: online softmax and running top-k over the whole row, then `[k]` outputs."""
     row = tl.program_id(0)
     row_start = _row_start(row, stride_row, shift)
     m, s, run = _scan(base_ptr, row_start, 0, V, K, KP, BLOCK, VEC, PREFETCH)
@@ -260,8 +256,8 @@ def _argmax_fold(key, cols, best_key, best_col):
 def _argmax_scan(
     base_ptr, row_start, col_start, col_end, BLOCK: tl.constexpr, VEC: tl.constexpr, PREFETCH: tl.constexpr
 ):
-    """(key, column) of the first maximum of columns [col_start, col_end) (non-empty), in the keys' order,
-    on `_scan`'s loads: each lane keeps its best key and column, reduced once at the end."""
+    """(key, column) of the first maximum of columns [col_start, col_end) on `_scan`'s loads: each lane keeps
+    its best key and column, reduced once at the end."""
     lanes = tl.arange(0, BLOCK)
     aligned = first_aligned(row_start % VEC, col_start, col_end, VEC)
     head = col_start + tl.arange(0, VEC)
@@ -305,8 +301,7 @@ def _argmax_partials_kernel(
     base_ptr, cand_ptr, V, stride_row, chunk, n_splits, shift, BLOCK: tl.constexpr, VEC: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    """Program (row, split): the packed first maximum (`_pack`: key, then lowest column) of columns
-    [split * chunk, min((split + 1) * chunk, V))."""
+    """Program (row, split): the packed first maximum of columns [split * chunk, (split + 1) * chunk)."""
     row = tl.program_id(0)
     split = tl.program_id(1)
     start = split * chunk
@@ -317,8 +312,7 @@ def _argmax_partials_kernel(
 
 @triton.jit(do_not_specialize=UNSPECIALISED["argmax_merge"])
 def _argmax_merge_kernel(cand_ptr, p_ptr, idx_ptr, n_parts, PART_TILE: tl.constexpr):
-    """Program `row`: the largest of `n_parts` packed candidates (integer max: the largest key, lowest
-    column on equal keys), its column and `topk_p = 1.0`."""
+    """Program `row`: the column of the largest of `n_parts` packed candidates and `topk_p = 1.0`."""
     row = tl.program_id(0)
     base = row_offset(row, n_parts)
     parts = tl.arange(0, PART_TILE)

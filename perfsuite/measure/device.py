@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,22 +11,21 @@ import torch
 from perfsuite import simulated_gpu
 from perfsuite.core import machine
 
+# datasheet HBM bandwidth in GB/s (1e9 bytes/s), matched in the device name, longest key first (H100: the
+# SXM5 80 GB; A100: the 40 GB)
 _PEAKS = """GB200 8000, B200 8000, B100 8000, H200 4800, GH200 4000, H100 NVL 3900, H100 PCIe 2000, H100 3350,
     H800 3350, H20 4000, A100-SXM4-80GB 2039, A100 80GB PCIe 1935, A100 1555, A800 2039, L40S 864, L40 864,
     L4 300, A10G 600, A10 600, RTX 4090 1008, RTX 6000 Ada 960, V100 900,
     MI355X 8000, MI350X 8000, MI325X 6000, MI300X 5300, MI300A 5300, MI250X 3277, MI250 3277, MI210 1638,
     MI100 1229"""
 PEAK_GBPS = {name: float(gbps) for name, gbps in (e.strip().rsplit(" ", 1) for e in _PEAKS.split(","))}
-"""Datasheet HBM bandwidth in GB/s (1e9 bytes/s), matched in the device name, longest key first (H100: the
-SXM5 80 GB; A100: the 40 GB)."""
+# by gfx architecture, where the name lacks the model (some ROCm builds say "AMD Radeon Graphics")
 AMD_ARCH_PEAK_GBPS = {"gfx950": 8000.0, "gfx942": 5300.0, "gfx90a": 3277.0, "gfx908": 1229.0}
-"""By gfx architecture, where the name lacks the model (some ROCm builds say "AMD Radeon Graphics")."""
+# last-level caches beyond the L2 torch reports (MI300 series: 256 MiB Infinity Cache in front of HBM)
 AMD_ARCH_LLC_BYTES = {"gfx950": 256 << 20, "gfx942": 256 << 20}
-"""Last-level caches beyond the L2 torch reports (MI300 series: 256 MiB Infinity Cache in front of HBM)."""
-MIN_FLUSH_CACHE_BYTES = 64 << 20
-"""The least cache a GPU's cold-cache flush evicts (twice this is read), whatever L2 size it reports."""
-GRAPH_UNROLL_CAP = {"cuda": 64, "rocm": 8, "cpu": 1}
-"""Most calls captured into one graph: long unrolled HIP graphs have crashed on ROCm."""
+MIN_FLUSH_CACHE_BYTES = 64 << 20  # the least cache a GPU's cold-cache flush evicts, whatever L2 it reports
+GRAPH_UNROLL_CAP = {"cuda": 64, "rocm": 8, "cpu": 1}  # calls in one graph: long HIP graphs crashed on ROCm
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 @dataclass(frozen=True)
@@ -50,9 +48,8 @@ class DeviceInfo:
 
     @property
     def model_cache_bytes(self) -> int:
-        """The cache the bytes model lets a call's tensors stay in between its kernels: a real GPU's
-        last-level cache; 0 on a CPU (its L3 is shared with every process) and a simulated GPU (host
-        times, on the host's caches)."""
+        """The cache a call's tensors stay in between its kernels in the bytes model: a real GPU's LLC (a
+        CPU's L3 is shared with every process; a simulated GPU's times are on the host's caches)."""
         return self.llc_bytes if self.is_gpu and not self.simulated else 0
 
     @property
@@ -67,10 +64,8 @@ def backend_of(device: torch.device) -> str:
 
 def lookup_peak_gbps(name: str, arch: str = "") -> float | None:
     """Datasheet bandwidth for a device name (NVIDIA or AMD), else by AMD gfx arch, else None."""
-    for key in sorted(PEAK_GBPS, key=len, reverse=True):
-        if key.upper() in name.upper():
-            return PEAK_GBPS[key]
-    return AMD_ARCH_PEAK_GBPS.get(arch.split(":")[0])
+    found = [key for key in PEAK_GBPS if key.upper() in name.upper()]
+    return PEAK_GBPS[max(found, key=len)] if found else AMD_ARCH_PEAK_GBPS.get(arch.split(":")[0])
 
 
 def resolve_device(spec: str = "auto") -> torch.device:
@@ -78,24 +73,15 @@ def resolve_device(spec: str = "auto") -> torch.device:
     return torch.device(("cuda:0" if torch.cuda.is_available() else "cpu") if spec == "auto" else spec)
 
 
-def _cpu_cache_bytes() -> int:
-    """Size of the CPU's last-level cache from sysfs (64 MiB when unknown)."""
-    sizes = []
-    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size")):
-        text = Path(index).read_text().strip().upper()
-        sizes.append(int(text.rstrip("KM")) * {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1))
-    return max(sizes, default=64 << 20)
-
-
 @simulated_gpu.device_cached
 def detect(spec: str = "auto") -> DeviceInfo:
     """Describe the device a run will use. `PERFSUITE_PEAK_GBPS` overrides the datasheet peak."""
     device = resolve_device(spec)
     backend = backend_of(device)
-    override = os.environ.get("PERFSUITE_PEAK_GBPS")
-    peak = float(override) if override else None
-    if backend == "cpu":
-        llc = _cpu_cache_bytes()
+    peak = float(os.environ["PERFSUITE_PEAK_GBPS"]) if os.environ.get("PERFSUITE_PEAK_GBPS") else None
+    if backend == "cpu":  # the last-level cache from sysfs (64 MiB when unknown)
+        sizes = [p.read_text().strip().upper() for p in CPU_CACHES.glob("index*/size")]
+        llc = max((int(s.rstrip("KM")) << {"K": 10, "M": 20}.get(s[-1:], 0) for s in sizes), default=64 << 20)
         return DeviceInfo("cpu", "cpu", machine.cpu_model(), "cpu", peak, llc, llc_bytes=llc)
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)

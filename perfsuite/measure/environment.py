@@ -1,6 +1,4 @@
-"""Where and with what a run was measured: the facts every row of it carries (device, runtime, driver,
-torch and triton versions, the perfsuite commit, the measured copy bandwidth and the clocks it ran at,
-the cache the bytes model assumes)."""
+"""Where and with what a run was measured: the facts every row of it carries."""
 
 from __future__ import annotations
 
@@ -15,6 +13,10 @@ import torch
 from perfsuite.core import machine
 from perfsuite.measure import memory
 from perfsuite.measure.device import DeviceInfo
+
+# gpu_state's key: nvidia-smi's field
+SMI_FIELDS = {"sm_mhz": "clocks.sm", "mem_mhz": "clocks.mem", "max_sm_mhz": "clocks.max.sm",
+              "temp_c": "temperature.gpu", "power_w": "power.draw"}  # fmt: skip
 
 
 def package_version(name: str) -> str:
@@ -59,14 +61,8 @@ def driver_version(info: DeviceInfo) -> str:
     return "".join(_read_lines(Path("/sys/module/amdgpu/version"))[:1]) if info.backend == "rocm" else ""
 
 
-SMI_FIELDS = {"sm_mhz": "clocks.sm", "mem_mhz": "clocks.mem", "max_sm_mhz": "clocks.max.sm",
-              "temp_c": "temperature.gpu", "power_w": "power.draw"}  # fmt: skip
-"""What `gpu_state` reads from nvidia-smi: its key, nvidia-smi's field."""
-
-
 def gpu_state(info: DeviceInfo) -> dict[str, object]:
-    """The GPU's clocks (MHz), temperature (C) and power (W) now, where readable: nvidia-smi on NVIDIA,
-    the amdgpu sysfs files on ROCm; {} on a CPU or a simulated GPU."""
+    """The GPU's clocks (MHz), temperature (C) and power (W) now, where nvidia-smi or amdgpu's sysfs say."""
     if info.simulated or not info.is_gpu:
         return {}
     if info.backend == "cuda":
@@ -74,43 +70,29 @@ def gpu_state(info: DeviceInfo) -> dict[str, object]:
         values = [v.strip() for v in line.split(",")] if line else []
         return dict(zip(SMI_FIELDS, values, strict=True)) if len(values) == len(SMI_FIELDS) else {}
     out: dict[str, object] = {}
-    for card in sorted(Path("/sys/class/drm").glob("card[0-9]*/device"))[:1]:
+    for card in sorted(Path("/sys/class/drm").glob("card[0-9]*/device"))[:1]:  # the current level has a *
         for name, key in (("pp_dpm_sclk", "sm_mhz"), ("pp_dpm_mclk", "mem_mhz")):
-            current = [line for line in _read_lines(card / name) if line.endswith("*")]
-            if current:
-                out[key] = current[0].split()[1].rstrip("*")
-        for temp in sorted(card.glob("hwmon/hwmon*/temp1_input"))[:1]:
-            lines = _read_lines(temp)
-            if lines:
-                out["temp_c"] = int(lines[0]) / 1000
+            current = [line.split()[1].rstrip("*") for line in _read_lines(card / name) if line.endswith("*")]
+            out.update({key: current[0]} if current else {})
+        for lines in map(_read_lines, sorted(card.glob("hwmon/hwmon*/temp1_input"))[:1]):
+            out.update({"temp_c": int(lines[0]) / 1000} if lines else {})
     return out
 
 
-def _mhz(state: dict[str, object], key: str) -> float:
-    """A clock of `gpu_state` as a number (NaN where it was not read or is not a number)."""
-    found = re.match(r"\s*(\d+(?:\.\d+)?)", str(state.get(key, "")))  # "1980", amdgpu's "2100Mhz"
-    return float(found.group(1)) if found else float("nan")
-
-
 @cache
-def copy_measurement(info: DeviceInfo) -> memory.CopyBandwidth:
-    """The device's copy bandwidth, once per process: on a GPU after about 0.2 s of copies, with the
-    clocks read by `gpu_state` while those copies ran (none on a CPU or a simulated GPU)."""
-    probe = (lambda: gpu_state(info)) if info.is_gpu and not info.simulated else None
-    return memory.copy_bandwidth(info.device, probe=probe)
-
-
 def copy_columns(info: DeviceInfo) -> dict[str, object]:
-    """copy_gbps and the state it was measured in: the SM and memory clocks (MHz) under the copies, and
-    the seconds of warm-up copies before them."""
-    copy = copy_measurement(info)
-    clocks = {f"copy_{key}": _mhz(copy.during, key) for key in ("sm_mhz", "mem_mhz")}
+    """copy_gbps (once per process), the SM and memory clocks `gpu_state` read under it, its warm-up time."""
+    probe = (lambda: gpu_state(info)) if info.is_gpu and not info.simulated else None
+    copy = memory.copy_bandwidth(info.device, probe=probe)
+    clocks = {}
+    for key in ("sm_mhz", "mem_mhz"):  # "1980", amdgpu's "2100Mhz"; NaN where not read or not a number
+        found = re.match(r"\s*(\d+(?:\.\d+)?)", str(copy.during.get(key, "")))
+        clocks[f"copy_{key}"] = float(found.group(1)) if found else float("nan")
     return {"copy_gbps": copy.gbps, **clocks, "copy_warmup_s": copy.warmup_s}
 
 
 def environment(info: DeviceInfo, scenario: str, *, run: str = "", settings: str = "") -> dict[str, object]:
-    """Facts every row carries: where and with what it was measured (`run`: the run's label; `settings`:
-    the fingerprint of its settings)."""
+    """Facts every row carries (`run`: the run's label; `settings`: the fingerprint of its settings)."""
     return {
         "scenario": scenario, "run": run, "settings": settings, "threads": torch.get_num_threads(),
         **machine.facts(),

@@ -17,6 +17,8 @@ from perfsuite.variants.base import Selector, bind
 PATHS = ("eager", "graph", "compile")
 Outputs = tuple[torch.Tensor, torch.Tensor]
 Call = Callable[[], Outputs]
+# what ending an invalidated capture raises: the error that invalidated it is its `__context__`
+INVALIDATED = ("previous error during capture", "capture invalidated", "cudaErrorStreamCaptureInvalidated")
 
 
 class GraphCaptureError(RuntimeError):
@@ -27,28 +29,19 @@ class GraphCaptureError(RuntimeError):
         self.cause = cause
 
 
-INVALIDATED = ("previous error during capture", "capture invalidated", "cudaErrorStreamCaptureInvalidated")
-"""What ending an invalidated capture raises: the error that invalidated it is its `__context__`."""
-
-
 def capture_cause(exc: BaseException) -> BaseException:
-    """The error that broke a capture: past the `INVALIDATED` error `torch.cuda.graph`'s exit raises on
-    top of it, and past a `GraphCaptureError`."""
-    seen: set[int] = set()
-    while id(exc) not in seen:
-        seen.add(id(exc))
+    """The error that broke a capture, past a `GraphCaptureError` and `torch.cuda.graph`'s INVALIDATED."""
+    while True:
         if isinstance(exc, GraphCaptureError) and exc.cause is not None:
             exc = exc.cause
         elif any(word in str(exc) for word in INVALIDATED) and exc.__context__ is not None:
             exc = exc.__context__
         else:
-            break
-    return exc
+            return exc
 
 
 def warm_up(body: Callable[[], object], device: torch.device, times: int) -> object:
-    """Run `body` `times` times on a side stream, as before a capture (library handles, Triton compilation,
-    lazy buffers); the last result (None when `times` is 0)."""
+    """Run `body` `times` on a side stream, as before a capture (handles, compilation); its last result."""
     result = None
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
@@ -64,19 +57,17 @@ def warm_up(body: Callable[[], object], device: torch.device, times: int) -> obj
 def capturing(
     graph: torch.cuda.CUDAGraph, device: torch.device, pool: object = None, what: str = "graph capture failed"
 ) -> Iterator[None]:
-    """`with capturing(graph, device):` the block is captured into `graph`, perfsuite's one capture routine.
-    A failed capture puts the caller's stream back (`torch.cuda.graph` leaves its side stream current) and
-    raises `GraphCaptureError("{what}: Type: first line")` naming the error that broke it."""
+    """The block captured into `graph`; on failure the caller's stream back (`torch.cuda.graph` leaves its
+    side stream current) and a `GraphCaptureError`, "{what}: Type: first line" of the error that broke it."""
     before = torch.cuda.current_stream(device)
     try:
         with torch.cuda.graph(graph, pool=pool):
             yield
-    except BaseException as exc:
-        torch.cuda.set_stream(before)
-        if not isinstance(exc, Exception):
-            raise
+    except Exception as exc:
         cause = capture_cause(exc)  # capture errors come from many layers (torch, driver, Triton)
         raise GraphCaptureError(f"{what}: {first_line(cause)}", cause) from exc
+    finally:
+        torch.cuda.set_stream(before)
 
 
 def unavailable(path: str, device: torch.device) -> str | None:
@@ -92,8 +83,8 @@ def unavailable(path: str, device: torch.device) -> str | None:
 
 @dataclass(frozen=True)
 class PreparedCall:
-    """One selector bound to its inputs on one path: `run` executes the path once (for parity), `body` is
-    what a graph captures; `graphed`: timing replays captured copies of `body` rather than call `run`."""
+    """One selector bound to its inputs on one path: `run` runs the path once (for parity), `body` is what a
+    graph captures; `graphed`: timing replays captured copies of `body` rather than call `run`."""
 
     path: str
     run: Call
@@ -138,8 +129,7 @@ def prepare(path: str, select: Selector, logits: torch.Tensor, k: int) -> Prepar
         call = bind(compiled(select) if path == "compile" else select, logits, k)
         return PreparedCall(path, call, call, graphed=False)
     if path == "graph":
-        reason = unavailable(path, logits.device)
-        if reason:
+        if reason := unavailable(path, logits.device):
             raise GraphCaptureError(reason)
         body = bind(select, logits, k)
         return PreparedCall(path, GraphCall(body, logits.device), body, graphed=True)

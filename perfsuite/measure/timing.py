@@ -1,6 +1,5 @@
-"""Timing: one sampler per execution kind (CPU clocks, device events, graph replay, the cold-cache flush)
-and the one sampling loop that samples them in turn (`measure_in_turn`), shared by the CLI sweep and the
-pytest-benchmark front end. docs/measuring.md says how each one measures, and why."""
+"""Timing: a sampler per execution kind, the cold-cache flush, and the one sampling loop that samples them in
+turn (`measure_in_turn`). docs/measuring.md says how each one measures, and why."""
 
 from __future__ import annotations
 
@@ -17,22 +16,14 @@ from perfsuite.core.settings import Timing
 from perfsuite.measure.device import DeviceInfo
 from perfsuite.measure.execution import Call, GraphCall, PreparedCall
 
-SPIN_MIN_CYCLES = 100_000
-"""The shortest GPU spin before a sample (about 50 us): the host queues the timed call meanwhile."""
-SPIN_CLOCK_HZ = 2.1e9
-"""Cycles per second assumed when a spin is sized in seconds: no GPU perfsuite knows clocks higher, so the
-spin lasts at least as long as asked."""
+SPIN_MIN_CYCLES = 100_000  # the shortest GPU spin before a sample (about 50 us)
+SPIN_CLOCK_HZ = 2.1e9  # cycles a second when a spin is sized in seconds: no GPU perfsuite knows clocks higher
 SPIN_MARGIN = 2.0
-UNSTABLE_SPREAD = 0.25
-"""A case whose (p80 - p20) / median exceeds this is `unstable`: its median is not a figure to rank or
-compare on (`compare` calls its change "noisy", never "slower")."""
-SIMULATED_LABEL = "(simulated GPU: host clock)"
-"""What a figure timed on the simulated GPU says of itself: its events read the host clock."""
-SIMULATED_FLUSH_BYTES = 4 << 20
-"""The simulated GPU has no cache to evict: its flush keeps the code path at a host-friendly size."""
-MIN_ROUNDS = 5
-"""Rounds taken whatever `max_seconds` says (unless `reps` is lower): with 5 samples a side, a rank test
-(`perfsuite compare`) can tell two runs apart at p < 0.01; with 4 it never can."""
+UNSTABLE_SPREAD = 0.25  # (p80 - p20) / median above it: `unstable`, not a figure to rank or compare on
+SIMULATED_LABEL = "(simulated GPU: host clock)"  # the simulated GPU's events read the host clock
+SIMULATED_FLUSH_BYTES = 4 << 20  # the simulated GPU has no cache to evict: a host-friendly flush
+Agree = Callable[[list[float]], list[float]]  # a round's figures as every rank shares them
+MIN_ROUNDS = 5  # whatever max_seconds says (unless reps is lower): a rank test needs 5 a side for p < 0.01
 
 
 @dataclass(frozen=True)
@@ -88,8 +79,7 @@ class Ratio:
 
 
 def paired_ratio(numerator: Samples, denominator: Samples) -> Ratio:
-    """numerator_i / denominator_i over samples taken in the same round (the same seconds of machine
-    time): e.g. the baseline's over a variant's, its speedup."""
+    """numerator_i / denominator_i over the samples of each round (e.g. the baseline's over a variant's)."""
     ratios = sorted(a / b for a, b in zip(numerator.seconds, denominator.seconds, strict=True) if b > 0)
     if len(ratios) < 2:
         only = ratios[0] if ratios else float("nan")
@@ -105,9 +95,8 @@ def flush_bytes(info: DeviceInfo) -> int:
 
 @dataclass(frozen=True)
 class CacheFlush:
-    """Evicts the device's cache by reading a zeroed buffer twice its size (a sum into a preallocated
-    scalar): a read-only pass, so no dirty line is left for the timed call to write back, unlike `zero_()`.
-    Graph-capturable; one reduction kernel."""
+    """Evicts the device's cache by reading a zeroed buffer twice its size (a sum into a scalar, capturable);
+    read-only, so no dirty line is left for the timed call to write back, unlike `zero_()`."""
 
     buffer: torch.Tensor
     out: torch.Tensor
@@ -124,9 +113,8 @@ def cache_flusher(info: DeviceInfo) -> CacheFlush:
 
 
 class Sampler:
-    """Times one call per `sample()` on the host's wall clock; `method` names how. `settle` turns the last
-    samples into their final figures once every round is in (the graph sampler's flush correction);
-    `measure_in_turn` samples it in every `every`-th round (the first included), NaN in the others."""
+    """Times one call per `sample()`, after the flush: `timed` by the host's wall clock. `measure_in_turn`
+    samples it every `every`-th round (NaN in the others), then `settle` gives its final figures."""
 
     method = "host perf_counter"
     clock: Callable[[], float] = staticmethod(time.perf_counter)
@@ -138,8 +126,11 @@ class Sampler:
     def sample(self) -> float:
         if self.flush:
             self.flush()
+        return self.timed(self.call)
+
+    def timed(self, work: Callable[[], object]) -> float:
         start = self.clock()
-        self.call()
+        work()
         return self.clock() - start
 
     def settle(self, seconds: Sequence[float]) -> tuple[float, ...]:
@@ -147,17 +138,15 @@ class Sampler:
 
 
 class ThreadTimeSampler(Sampler):
-    """A CPU whose torch runs its ops in the calling thread (one intra-op thread): the thread's own CPU time,
-    so seconds in which the scheduler ran another process on the core are not counted (docs/measuring.md)."""
+    """One intra-op thread: the thread's own CPU time, so time the core ran another process is not counted."""
 
     method = "host thread CPU time"
     clock = staticmethod(time.thread_time)
 
 
 class DeviceTimer:
-    """Device events around queued work, behind a GPU spin (`torch.cuda._sleep`) that holds the device
-    while the host queues the start event, the work and the end event, so the events time the device work
-    with no launch gap. The spin grows to twice the longest host queueing time seen."""
+    """Device events around queued work, behind a GPU spin (`torch.cuda._sleep`) that holds the device while
+    the host queues them, so no launch gap is timed; the spin grows to twice the longest queueing seen."""
 
     def __init__(self) -> None:
         self.spin = SPIN_MIN_CYCLES
@@ -175,48 +164,32 @@ class DeviceTimer:
 
 
 class EventSampler(Sampler):
-    """GPU eager: device events around the call, after the flush (cold), behind a spin (`DeviceTimer`):
-    device time from the call's first kernel to its last. One sample on creation calibrates the spin."""
+    """GPU eager: device time from the call's first kernel to its last (one sample first sizes the spin)."""
 
     method = "device events"
 
     def __init__(self, call: Call, flush: Callable[[], None] | None):
         super().__init__(call, flush)
-        self.timer = DeviceTimer()
+        self.timed = DeviceTimer()
         self.sample()
-
-    def sample(self) -> float:
-        if self.flush:
-            self.flush()
-        return self.timer(self.call)
 
 
 class GraphSampler(Sampler):
-    """GPU graph: replay `unroll` captured copies of the call (after a flush each, when cold). Cold: each
-    sample also replays `unroll` flushes alone, and `sample()` subtracts the median flush-only time so far,
-    `settle` the median over the same rounds (a sample's own is noisy, and clipped at 0 biases up)."""
+    """GPU graph: replays `unroll` copies of flush and call, minus the median of `unroll` flushes alone (so
+    far in `sample()`, over the same rounds in `settle`: a sample's own is noisy, clipped at 0 biases up)."""
 
     def __init__(self, body: Call, flush: Callable[[], None] | None, device: torch.device, unroll: int):
         super().__init__(body, flush)
-
-        def step() -> object:
-            if flush:
-                flush()
-            return body()
-
-        self.graph = GraphCall(step, device, unroll)
+        self.graph = GraphCall(lambda: (flush and flush(), body())[1], device, unroll)  # flush, then call
         self.flush_graph = GraphCall(lambda: flush() or (), device, unroll) if flush else None
-        self.unroll, self.timer, self.method = unroll, DeviceTimer(), f"graph replay x{unroll}"
+        self.unroll, self.timed, self.method = unroll, DeviceTimer(), f"graph replay x{unroll}"
         self.totals: list[float] = []  # per call: flushes + calls, one replay / unroll
         self.flushes: list[float] = []  # per call: the flush-only replay / unroll
 
-    def _replay_seconds(self, graph: GraphCall) -> float:
-        return self.timer(graph.graph.replay)
-
     def sample(self) -> float:
-        self.totals.append(self._replay_seconds(self.graph) / self.unroll)
+        self.totals.append(self.timed(self.graph.graph.replay) / self.unroll)
         if self.flush_graph is not None:
-            self.flushes.append(self._replay_seconds(self.flush_graph) / self.unroll)
+            self.flushes.append(self.timed(self.flush_graph.graph.replay) / self.unroll)
         return flush_corrected(self.totals[-1:], self.flushes)[0]  # the median so far
 
     def settle(self, seconds: Sequence[float]) -> tuple[float, ...]:
@@ -232,7 +205,6 @@ def flush_corrected(totals: Sequence[float], flushes: Sequence[float]) -> tuple[
 
 
 def sampler_for(prepared: PreparedCall, info: DeviceInfo, timing: Timing) -> Sampler:
-    """The sampler that times `prepared` on this device with these settings."""
     flush = cache_flusher(info) if timing.l2 == "cold" else None
     if not info.is_gpu:
         return host_sampler(prepared.run, flush)
@@ -243,33 +215,27 @@ def sampler_for(prepared: PreparedCall, info: DeviceInfo, timing: Timing) -> Sam
 
 
 def host_sampler(call: Call, flush: Callable[[], None] | None) -> Sampler:
-    """A CPU's sampler: the thread's CPU time with one intra-op thread, else the wall clock (a pool does the
-    work; its threads' CPU time summed is not latency)."""
+    """The thread's CPU time with one intra-op thread, else the wall clock (a pool's CPU time: no latency)."""
     return (ThreadTimeSampler if torch.get_num_threads() == 1 else Sampler)(call, flush)
-
-
-Agree = Callable[[list[float]], list[float]]
 
 
 def measure_in_turn(
     samplers: Sequence[Sampler], timing: Timing, agree: Agree | None = None, budgeted: int | None = None
 ) -> list[Samples]:
-    """The sampling loop: warm up, then sample the samplers in turn, each round starting one sampler later
-    (A B C, B C A, ...), until `reps` rounds, or past `MIN_ROUNDS` until `max_seconds` per sampler (of
-    `budgeted` samplers: an in-turn reference shares the cases' budget). `agree` turns a round's figures and
-    elapsed time into those every rank shares (tensor parallel: the max), so all stop after the same round."""
+    """The sampling loop: warm up, then sample in turn, each round one sampler later (A B C, B C A, ...), for
+    `reps` rounds or, past `MIN_ROUNDS`, `max_seconds` a sampler (of `budgeted`: an in-turn reference shares
+    the cases' budget); `agree` (tensor parallel: the max over ranks) makes all ranks stop after one round."""
     for _ in range(timing.warmup):
         for sampler in samplers:
             sampler.sample()
     rounds: list[list[float]] = []
-    start = time.perf_counter()
-    n = len(samplers)
+    start, n = time.perf_counter(), len(samplers)
     budget = timing.max_seconds * (n if budgeted is None else max(1, min(budgeted, n)))
     while True:
         figures = [math.nan] * n
         for i in range(n):
             at = (len(rounds) + i) % n
-            if len(rounds) % getattr(samplers[at], "every", 1) == 0:  # a rank's sampler is duck-typed
+            if len(rounds) % samplers[at].every == 0:
                 figures[at] = samplers[at].sample()
         elapsed = time.perf_counter() - start
         if agree is not None:
@@ -281,24 +247,19 @@ def measure_in_turn(
 
 
 def settled(sampler: Sampler, seconds: Sequence[float]) -> tuple[float, ...]:
-    """The sampler's final figures of these rounds (a duck-typed sampler without `settle`, e.g. a
-    tensor-parallel rank's: as sampled); the rounds it sat out (NaN) stay NaN."""
-    taken = [s for s in seconds if not math.isnan(s)]
-    settle = getattr(sampler, "settle", None)
-    final = iter(settle(taken) if settle is not None else taken)
+    """The sampler's final figures of these rounds; the rounds it sat out (NaN) stay NaN."""
+    final = iter(sampler.settle([s for s in seconds if not math.isnan(s)]))
     return tuple(math.nan if math.isnan(s) else next(final) for s in seconds)
 
 
 def measure(sampler: Sampler, timing: Timing) -> Samples:
-    """`measure_in_turn` of one sampler."""
     return measure_in_turn([sampler], timing)[0]
 
 
 def measure_each(
     samplers: Sequence[Sampler], timing: Timing, budgeted: int | None = None
 ) -> list[Samples | BaseException]:
-    """`measure_in_turn` (its `budgeted`), or where a sampler raises, each sampler alone: the ones that
-    work get their samples (not paired), the broken ones their exception."""
+    """`measure_in_turn`, or where a sampler raises, each sampler alone (not paired): samples or exception."""
     try:
         return list(measure_in_turn(samplers, timing, budgeted=budgeted))
     except Exception:
@@ -314,15 +275,12 @@ def measure_each(
 
 
 class SampleClock:
-    """A pytest-benchmark timer (`timer=CLOCK`, `benchmark.pedantic(CLOCK.advance, ...)`) that advances by
-    one sampler's time per `advance`, so pytest-benchmark's statistics use device time on a GPU."""
+    """A pytest-benchmark timer that advances by one sampler's time per `advance` (device time on a GPU)."""
 
     __name__ = "perfsuite.measure.timing.SampleClock"
 
     def __init__(self) -> None:
-        self.now = 0.0
-        self.sampler: Sampler | None = None
-        self.seconds: list[float] = []
+        self.now, self.seconds = 0.0, []
 
     def __call__(self) -> float:
         return self.now
@@ -331,13 +289,9 @@ class SampleClock:
         self.sampler, self.seconds = sampler, []
 
     def advance(self) -> None:
-        assert self.sampler is not None, "SampleClock.use(sampler) first"
-        elapsed = self.sampler.sample()
-        self.seconds.append(elapsed)
-        self.now += elapsed
+        self.seconds.append(self.sampler.sample())
+        self.now += self.seconds[-1]
 
     def samples(self, skip: int = 0) -> Samples:
-        """The recorded samples after the first `skip` (pytest-benchmark's warm-up rounds), as
-        pytest-benchmark saw them (graph: never settled afterwards, so its statistics and the row's agree)."""
-        assert self.sampler is not None
+        """The samples after `skip` warm-up rounds, as pytest-benchmark saw them (never settled)."""
         return Samples(tuple(self.seconds[skip:]), self.sampler.method)

@@ -1,29 +1,43 @@
-"""The report's vocabulary: sections made of tables, figures, notes, collapsible and titled groups.
-
-Every page (the report, the compare page) and every section (kernel-level, draft loop, tensor parallel)
-is built from these; `perfsuite.report.page` renders them. Figures go through `figure_block`, which
-turns into a note when plotly is missing; section builders go through `guard`, which turns an
-unexpected failure into a note.
-"""
+"""The pages' vocabulary: sections of tables, figures, notes, collapsible and titled groups (`page` renders
+them). A builder that fails becomes a note (`guard`), and so does a figure without plotly (`figure_block`):
+plotly is optional, `plots_available` says why it cannot draw and how to install it."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING
 
 import pandas as pd
 from markupsafe import Markup
 
 from perfsuite.report import formatting as fmt
-from perfsuite.report.plots import missing_plot_note, plots_available
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
+PLOTLY_PARTS = ("express", "graph_objects", "io", "offline", "subplots")  # plotly itself is imported first
+GET_PLOTLY = (
+    "`pip install plotly`, or offline: `scripts/fetch_wheels.sh` on a machine with network, copy its `.whl/` "
+    "folder here, then `pip install --no-index --find-links .whl plotly`"
+)
 REPORT_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 30, "t": 80, "b": 50}}
 """The look of the report's own figures (`fig.update_layout(**REPORT_LAYOUT)`)."""
+
+
+@cache
+def plots_available() -> str | None:
+    """None when plotly can draw the figures; else why not and how to get it (one line, for a terminal)."""
+    try:
+        for module in ("plotly", *(f"plotly.{m}" for m in PLOTLY_PARTS)):  # plotly first: the usual miss
+            importlib.import_module(module)
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "plotly":
+            return f"plotly is not installed: {GET_PLOTLY}"
+        return f"plotly cannot be imported ({type(exc).__name__}: {exc}): {GET_PLOTLY}"
+    return None
 
 
 @dataclass
@@ -65,24 +79,15 @@ class Note:
 
 
 @dataclass
-class Details:
-    """A collapsible block around other blocks."""
-
-    summary: str
-    blocks: list[Block]
-    kind: str = "details"
-
-
-@dataclass
-class Subsection:
-    """Blocks under a heading of their own, inside a section."""
+class Group:
+    """Blocks under a heading of their own (`kind` "subsection"), or collapsed under a line ("details")."""
 
     title: str
     blocks: list[Block]
     kind: str = "subsection"
 
 
-Block = Table | Figure | Note | Details | Subsection
+Block = Table | Figure | Note | Group
 
 
 @dataclass
@@ -119,28 +124,21 @@ def guarded_section(
 
 
 def figure_block(name: str, title: str, build: Callable[[], go.Figure | dict], caption: str = "") -> Block:
-    """The figure `build` returns (object, or plain dict of well-formed data and layout) as a div without
-    plotly.js, with the id `fig-{name}`; without plotly, a note naming `title` in its place (`build` is
-    then never called). The figure is drawn as built: its builder sets its look."""
+    """The figure `build` returns (a figure, or a plain dict of data and layout) as a div `fig-{name}`
+    without plotly.js; without plotly, a note naming `title` in its place."""
     if plots_available() is not None:
-        return Note(missing_plot_note(title))
+        return Note(f"{title}: plot not drawn, plotly is missing (see the note at the top).")
     import plotly.graph_objects as go
     import plotly.io
 
     fig = build()
-    html = plotly.io.to_html(
-        fig,
-        full_html=False,
-        include_plotlyjs=False,
-        div_id=f"fig-{name}",
-        config=FIGURE_CONFIG,
-        validate=isinstance(fig, go.Figure),
-    )
+    config, div = {"displaylogo": False, "responsive": True}, f"fig-{name}"
+    html = plotly.io.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div, config=config,
+                             validate=isinstance(fig, go.Figure))  # fmt: skip
     return Figure(name, Markup(html), caption)
 
 
-def frame_table(frame: pd.DataFrame, caption: str = "") -> Table:
+def frame_table(frame: pd.DataFrame, caption: str = "", css: str = "") -> Table:
     """A plain table of a frame's cells as compact text (`formatting.number`)."""
-    columns = [[fmt.number(v) for v in frame[c].tolist()] for c in frame.columns]
-    rows = [list(r) for r in zip(*columns, strict=True)] if columns else []
-    return Table([str(c) for c in frame.columns], rows, caption)
+    rows = [[fmt.number(v) for v in row] for row in frame.itertuples(index=False)]
+    return Table([str(c) for c in frame.columns], rows, caption, css=css)

@@ -1,6 +1,5 @@
 """The views of a `perfsuite compare`: the text table it prints and its HTML page (the verdict, the drift,
-the decision table, a plot of each case's shift with its interval, and the cases). plotly is imported only
-to draw the plot; without it the page keeps the rest."""
+the decision table, a plot of each case's shift with its interval, and the cases)."""
 
 from __future__ import annotations
 
@@ -21,13 +20,10 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 OUTCOME_COLORS = {"slower": "#ef8a62", "noisy": "#999999", "faster": "#4393c3", "same": "#92c5de"}
-OUTCOME_CSS = {
-    "slower": "loss",
-    "faster": "win",
-    "noisy": "differs",
-    "broken": "error",
-    "parity worse": "loss",
-}
+OUTCOME_CSS = {"slower": "loss", "faster": "win", "noisy": "differs", "broken": "error"}
+OUTCOME_CSS["parity worse"] = "loss"
+TITLE = "perfsuite compare"
+SORTED = "cases, sorted by shift"
 COMPARE_AGAIN = "`perfsuite compare BASE NEW --out FILE.html`"
 INTERVAL = f"{100 * LEVEL:.0f} % interval"
 WITNESS_NOTE = (
@@ -36,20 +32,17 @@ WITNESS_NOTE = (
 )
 
 
-def verdicts(base: object, new: object) -> str:
-    """'pass', or 'pass→fail' where the verdict changed ('' for none)."""
-    b, n = ("" if pd.isna(v) else str(v) for v in (base, new))
-    return b if b == n else f"{b or '-'}→{n or '-'}"
-
-
 def _cells(rec: pd.Series) -> list[str]:
-    """A case's figures as text: base µs, new µs, witness, shift, interval, floor, parity."""
+    """A case's figures as text: base µs, new µs, witness, shift, interval, floor, parity ('pass', or
+    'pass→fail' where the verdict changed)."""
+    base, new = ("" if pd.isna(rec[c]) else str(rec[c]) for c in ("base_verdict", "new_verdict"))
+    parity = base if base == new else f"{base or '-'}→{new or '-'}"
     low, high = (fmt.significant(rec[c], 3) for c in ("low", "high"))
     interval = f"{low}–{high}" if low else ""
     witness = rec["witness"].replace("vs reference", "vs ref").replace("own time", "own")
     figures = (rec["base_median_us"], rec["new_median_us"])
     return [*(fmt.significant(v) for v in figures), witness, fmt.significant(rec["shift"], 4), interval,
-            fmt.significant(rec["floor"], 3), verdicts(rec["base_verdict"], rec["new_verdict"])]  # fmt: skip
+            fmt.significant(rec["floor"], 3), parity]  # fmt: skip
 
 
 COLUMNS = ["case", "base us", "new us", "witness", "shift", INTERVAL, "floor", "parity", "outcome", "check"]
@@ -84,9 +77,8 @@ def _shift_figure(comparison: Comparison) -> Block:
         f"Markers: each case's shift; bars: its {INTERVAL}. Dashed lines: the threshold, "
         f"±{100 * comparison.threshold:.3g} %. Above 1: slower; the colour: the decision table's outcome."
     )
-    return figure_block(
-        "compare-shifts", title, partial(_shift_plot, table, comparison.threshold, title), caption
-    )
+    build = partial(_shift_plot, table, comparison.threshold, title)
+    return figure_block("compare-shifts", title, build, caption)
 
 
 def _shift_plot(table: pd.DataFrame, threshold: float, title: str) -> go.Figure:
@@ -96,24 +88,18 @@ def _shift_plot(table: pd.DataFrame, threshold: float, title: str) -> go.Figure:
     for name, part in table.groupby("outcome", sort=False):
         bars = {"array": part["high"] - part["shift"], "arrayminus": part["shift"] - part["low"]}
         bars = {k: np.nan_to_num(v.to_numpy(), posinf=0.0) for k, v in bars.items()}  # no interval: no bar
-        fig.add_trace(
-            go.Scatter(
-                x=part.index.to_numpy(),
-                y=part["shift"].to_numpy(),
-                mode="markers",
-                name=str(name),
-                marker={"color": OUTCOME_COLORS.get(str(name), "#444"), "size": 7},
-                error_y={"type": "data", "thickness": 1, "width": 0, **bars},
-                customdata=np.stack([part["case"], part["witness"]], axis=-1),
-                hovertemplate="%{customdata[0]}<br>%{customdata[1]}<br>shift %{y:.3f}"
-                "<extra>%{fullData.name}</extra>",
-            )
-        )
+        hover = "%{customdata[0]}<br>%{customdata[1]}<br>shift %{y:.3f}<extra>%{fullData.name}</extra>"
+        fig.add_scatter(
+            x=part.index.to_numpy(), y=part["shift"].to_numpy(), mode="markers", name=str(name),
+            marker={"color": OUTCOME_COLORS.get(str(name), "#444"), "size": 7}, hovertemplate=hover,
+            error_y={"type": "data", "thickness": 1, "width": 0, **bars},
+            customdata=np.stack([part["case"], part["witness"]], axis=-1),
+        )  # fmt: skip
     for y, dash in ((1.0, "solid"), (1 + threshold, "dash"), (1 / (1 + threshold), "dash")):
         fig.add_hline(y=y, line={"color": "#555", "width": 1, "dash": dash})
-    fig.update_layout(title=title, height=460, xaxis_title="cases, sorted by shift")
-    fig.update_layout(legend_title_text="outcome", yaxis={"type": "log", "title": "shift (new / base)"})
-    fig.update_layout(**REPORT_LAYOUT)
+    yaxis = {"type": "log", "title": "shift (new / base)"}
+    fig.update_layout(title=title, height=460, xaxis_title=SORTED, legend_title_text="outcome")
+    fig.update_layout(yaxis=yaxis, **REPORT_LAYOUT)
     return fig
 
 
@@ -127,26 +113,20 @@ def _cases(comparison: Comparison) -> Table:
     return Table([c.replace("us", "µs") for c in COLUMNS], rows, caption, css="compact")
 
 
-def build_compare_page(
-    comparison: Comparison, out_path: str | Path, title: str = "perfsuite compare"
-) -> Path:
+def build_compare_page(comparison: Comparison, out_path: str | Path, title: str = TITLE) -> Path:
     """Write the comparison as one self-contained HTML page; return its path."""
     failing_now = len(comparison.failures)
     verdict = f"FAIL: {failing_now} case(s) regressed." if failing_now else "PASS: no regression."
     rule = Table(["outcome", "condition"], [[o, c] for o, c, _ in ROWS], caption=LEGEND)
-    summary = Section(
-        "summary",
-        "Verdict",
-        [Note(verdict), Note(summary_line(comparison)), Note(drift_line(comparison)), rule],
-        intro=f"{comparison.base_name} (base) against {comparison.new_name} (new). Each case's time has one "
+    intro = (
+        f"{comparison.base_name} (base) against {comparison.new_name} (new). Each case's time has one "
         "outcome of the decision table below; a slower case fails the compare, and so does, apart from the "
-        "table, a parity verdict that got worse (pass < inexact < fail) or a case that now errors (check).",
+        "table, a parity verdict that got worse (pass < inexact < fail) or a case that now errors (check)."
     )
-    sections = [
-        summary,
-        Section("shifts", "Shifts", [_shift_figure(comparison)]),
-        Section("cases", "Cases", [_cases(comparison)]),
-    ]
+    notes = [Note(verdict), Note(summary_line(comparison)), Note(drift_line(comparison)), rule]
+    sections = [Section("summary", "Verdict", notes, intro=intro)]
+    sections += [Section("shifts", "Shifts", [_shift_figure(comparison)])]
+    sections += [Section("cases", "Cases", [_cases(comparison)])]
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     subtitle = f"{comparison.base_name} → {comparison.new_name}"

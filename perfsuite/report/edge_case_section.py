@@ -7,7 +7,7 @@ import pandas as pd
 
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import Block, Cell, Note, Section, Table, guard
-from perfsuite.report.kernel_context import variant_order
+from perfsuite.report.kernel_context import BASELINE, variant_order
 
 
 def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
@@ -19,7 +19,7 @@ def section(edge_cases: pd.DataFrame) -> Section:
     """The edge-case matrix (`perfsuite.correctness.edge_cases` rows) as a section."""
     intro = (
         "Each variant on non-finite, tied and misaligned inputs. Cell: topk_index / topk_p. "
-        "Highlighted: a different result from full_softmax (amber), an index outside [0, V) (red), an "
+        f"Highlighted: a different result from {BASELINE} (amber), an index outside [0, V) (red), an "
         "exception (red)."
     )
     blocks = guard("edge-case matrix", lambda: _edge_case_table(edge_cases))
@@ -78,7 +78,7 @@ def _edge_cell(rec: dict | None) -> Cell:
     if _truthy(rec.get("index_valid")) is False:
         return Cell(text, "invalid", "index outside [0, V)")
     if _truthy(rec.get("same_as_baseline")) is False:
-        return Cell(text, "differs", "differs from full_softmax")
+        return Cell(text, "differs", f"differs from {BASELINE}")
     return Cell(text)
 
 

@@ -1,8 +1,5 @@
-"""The text of numbers in report cells, notes and hovers: one function per style, shared by every section.
-
-Missing values (None, NaN, pd.NA) are blank, except in the draft-loop styles (`scientific`,
-`percent_one_decimal`) where they are a dash.
-"""
+"""The text of numbers in report cells, notes and hovers, one function per style: missing values are blank,
+except in the draft-loop styles (`scientific`, `percent_one_decimal`) where they are a dash."""
 
 from __future__ import annotations
 
@@ -23,20 +20,16 @@ def number(value: object, digits: int = 3) -> str:
     """Compact text for a table cell: blanks for NaN, integers without a point, floats to `digits`."""
     if value is None or is_nan(value) or value is pd.NA:
         return ""
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_, int, np.integer)):
+        return str(value if isinstance(value, (bool, np.bool_)) else int(value))
+    if not isinstance(value, (float, np.floating)):
+        return str(value)
+    value = float(value)
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value.is_integer() and abs(value) < 1e15:
         return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        if value.is_integer() and abs(value) < 1e15:
-            return str(int(value))
-        if 10**digits <= abs(value) < 1e15:
-            return f"{value:.0f}"
-        return f"{value:.{digits}g}"
-    return str(value)
+    return f"{value:.0f}" if 10**digits <= abs(value) < 1e15 else f"{value:.{digits}g}"
 
 
 def significant(value: float | None, digits: int = 4) -> str:
@@ -56,11 +49,9 @@ def scientific(value: object, digits: int = 3) -> str:
     """Floats to `digits` significant digits, in exponent form outside [1e-3, 1e5); a dash when missing."""
     if value is None or is_nan(value):
         return DASH
-    if isinstance(value, float):
-        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-            return f"{value:.{digits - 1}e}"
-        return f"{value:.{digits}g}"
-    return str(value)
+    if isinstance(value, float) and value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.{digits - 1}e}"
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
 def percent(value: float) -> str:
@@ -70,9 +61,7 @@ def percent(value: float) -> str:
 
 def percent_one_decimal(value: object) -> str:
     """A share as a percentage with one decimal ("12.5%"); a dash when missing or not a float."""
-    if not isinstance(value, float) or math.isnan(value):
-        return DASH
-    return f"{100 * value:.1f}%"
+    return f"{100 * value:.1f}%" if isinstance(value, float) and not math.isnan(value) else DASH
 
 
 def speedup(value: float) -> str:

@@ -1,8 +1,5 @@
-"""The tensor-parallel section of the report, all-gather-then-select against merge-partials: a comparison
-table and a figure per tp (plotly only to draw a figure; without it a note in its place).
-
-    perfsuite tp-page ROWS.jsonl... [--out tp.html]   (the table; with --out a standalone page)
-"""
+"""The tensor-parallel section of the report (and of `perfsuite tp-page`): all-gather then select
+(`tensor_parallel.ALLGATHER_PREFIX`) against merge partials (the others), a table and a figure per tp."""
 
 from __future__ import annotations
 
@@ -24,6 +21,7 @@ PAGE_TITLE = "perfsuite: tensor-parallel selection"
 REPORT_AGAIN = "`perfsuite tp-page ROWS... --out FILE.html`"
 SHAPE = ["dtype", "vocab", "batch", "topk"]
 SPEEDUP_CAPTION = "speedup: fastest all-gather variant's median / fastest merge-partials variant's"
+FIGURE_TITLE = "tp = {}: all-gather then select vs merge partials"
 COLORS = ("#636efa", "#ab63fa", "#00cc96", "#ef553b")
 
 
@@ -41,41 +39,39 @@ def section(frame: pd.DataFrame) -> Section:
     cells = [[fmt.grouped(v) for v in row] for row in table.itertuples(index=False)]
     blocks: list[Block] = [Table([str(c) for c in table.columns], cells, SPEEDUP_CAPTION)]
     for tp in sorted(int(tp) for tp in rows["tp"].dropna().unique()):
-        blocks.append(figure_block(f"tp-{tp}", _figure_title(tp), partial(figure, rows, tp)))
+        blocks.append(figure_block(f"tp-{tp}", FIGURE_TITLE.format(tp), partial(figure, rows, tp)))
     return Section(SECTION_ID, TITLE, blocks)
 
 
 def tp_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Measured rows of tensor-parallel variants."""
+    """Measured rows of tensor-parallel variants (registered, or tp > 1)."""
     if "tp" not in frame or "variant" not in frame:
         return frame.iloc[0:0]
-    rows = frame[frame["variant"].isin(tensor_parallel.names()) & (frame["status"] == "ok")].copy()
-    for column in ("tp", "vocab", "batch", "topk", "median_us", "comm_bytes_model"):
-        rows[column] = pd.to_numeric(rows[column], errors="coerce") if column in rows else float("nan")
-    return rows
+    parallel = (frame["tp"] > 1) | frame["variant"].isin(tensor_parallel.names())
+    rows = frame[parallel & (frame["status"] == "ok")]
+    return rows if "comm_bytes_model" in rows else rows.assign(comm_bytes_model=float("nan"))
+
+
+def _variants(rows: pd.DataFrame) -> list[str]:
+    """The variants of `rows`: the registered ones first, in the registry's order (the baseline first)."""
+    rank = {v: i for i, v in enumerate(tensor_parallel.names())}
+    return sorted(set(rows["variant"]), key=lambda v: (rank.get(v, len(rank)), v))
 
 
 def comparison(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per tp and shape: the faster all-gather and merge-partials variants, speedup and bytes ratio."""
+    """Per tp and shape: each variant's median, the faster all-gather variant's over the faster
+    merge-partials one's (speedup) and the interconnect bytes per rank of each side."""
     keys = ["tp", *SHAPE]
     wide = rows.pivot_table(index=keys, columns="variant", values="median_us", aggfunc="median")
     comm = rows.pivot_table(index=keys, columns="variant", values="comm_bytes_model", aggfunc="first")
-    out = pd.DataFrame({f"{n} us": wide[n] for n in tensor_parallel.names() if n in wide}, index=wide.index)
-    gathered = [n for n in wide if n.startswith("allgather_")]
-    sharded = [n for n in wide if n.startswith("sharded_")]
-    if gathered and sharded:
-        out["speedup"] = wide[gathered].min(axis=1) / wide[sharded].min(axis=1)
-        out["all-gather bytes/rank"] = comm[gathered].max(axis=1)
-        out["partials bytes/rank"] = comm[sharded].min(axis=1)
+    out = pd.DataFrame({f"{n} us": wide[n] for n in _variants(rows) if n in wide}, index=wide.index)
+    gathered = [n for n in wide if n.startswith(tensor_parallel.ALLGATHER_PREFIX)]
+    partials = [n for n in wide if n not in gathered]
+    if gathered and partials:
+        out["speedup"] = wide[gathered].min(axis=1) / wide[partials].min(axis=1)
+        out["all-gather bytes/rank"] = comm.reindex(columns=gathered).max(axis=1)
+        out["partials bytes/rank"] = comm.reindex(columns=partials).min(axis=1)
     return out.reset_index()
-
-
-def _figure_title(tp: int) -> str:
-    return f"tp = {tp}: all-gather then select vs merge partials"
-
-
-def _label(row: pd.Series) -> str:
-    return f"{row['dtype']} V{row['vocab']} B{row['batch']} k{row['topk']}"
 
 
 def figure(rows: pd.DataFrame, tp: int) -> go.Figure:
@@ -83,16 +79,17 @@ def figure(rows: pd.DataFrame, tp: int) -> go.Figure:
     from plotly.subplots import make_subplots
 
     part = rows[rows["tp"] == tp].sort_values(SHAPE)
-    labels = list(dict.fromkeys(part.apply(_label, axis=1)))
+    label = part["dtype"].astype(str) + " V" + part["vocab"].map(fmt.number)
+    label += " B" + part["batch"].map(fmt.number) + " k" + part["topk"].map(fmt.number)
+    part = part.assign(_label=label)
     titles = ("time per call (us, max over ranks)", "interconnect bytes per rank (model)")
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=titles)
-    for i, name in enumerate(n for n in tensor_parallel.names() if n in set(part["variant"])):
+    for i, name in enumerate(_variants(part)):
         mine = part[part["variant"] == name]
-        x = list(mine.apply(_label, axis=1))
         style = {"name": name, "legendgroup": name, "marker_color": COLORS[i % len(COLORS)]}
-        fig.add_bar(x=x, y=mine["median_us"], **style, row=1, col=1)
-        fig.add_bar(x=x, y=mine["comm_bytes_model"], **style, showlegend=False, row=2, col=1)
-    fig.update_xaxes(categoryorder="array", categoryarray=labels)
+        fig.add_bar(x=mine["_label"], y=mine["median_us"], **style, row=1, col=1)
+        fig.add_bar(x=mine["_label"], y=mine["comm_bytes_model"], **style, showlegend=False, row=2, col=1)
+    fig.update_xaxes(categoryorder="array", categoryarray=list(dict.fromkeys(part["_label"])))
     fig.update_yaxes(type="log")
-    fig.update_layout(title=_figure_title(tp), barmode="group", template="plotly_white", height=620)
+    fig.update_layout(title=FIGURE_TITLE.format(tp), barmode="group", template="plotly_white", height=620)
     return fig

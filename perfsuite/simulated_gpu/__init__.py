@@ -2,10 +2,9 @@
 
     PERFSUITE_SIMULATED_GPU=h200 perfsuite run scenarios/quick.toml     # or mi300x (the ROCm branches)
 
-It stands in for `torch.cuda` (`runtime`, `graphs`) and for GPU tensors (`tensors`), runs Triton in its
+It stands in for `torch.cuda` (`runtime`) and GPU tensors and graphs (`tensors`), runs Triton in its
 interpreter, and enforces CUDA's rules, so code that breaks them fails here as on the device. Its figures
-are host times of CPU work, marked "(simulated)"; `torch.compile` is not simulated (docs/simulated-gpu.md).
-"""
+are host times of CPU work, marked "(simulated)"; `torch.compile` is not simulated (docs/simulated-gpu.md)."""
 
 from __future__ import annotations
 
@@ -18,10 +17,10 @@ from typing import TypeVar
 
 import torch
 
-from perfsuite.simulated_gpu import graphs, runtime, tensors
-from perfsuite.simulated_gpu.profiles import LABEL as LABEL
-from perfsuite.simulated_gpu.profiles import PROFILES as PROFILES
-from perfsuite.simulated_gpu.profiles import Profile, profile
+from perfsuite.core import machine
+from perfsuite.simulated_gpu import runtime, tensors
+from perfsuite.simulated_gpu.runtime import LABEL as LABEL
+from perfsuite.simulated_gpu.runtime import PROFILES, Profile
 
 ENV = "PERFSUITE_SIMULATED_GPU"
 T = TypeVar("T")
@@ -66,18 +65,20 @@ def _patches(prof: Profile) -> Iterator[tuple[object, str, object]]:
         "is_available": lambda: True, "is_initialized": lambda: True, "init": lambda: None,
         "device_count": lambda: 1, "current_device": lambda: 0, "set_device": lambda device: None,
         "get_device_properties": lambda device=None: props, "get_device_name": lambda device=None: props.name,
-        "get_device_capability": lambda device=None: (prof.major, prof.minor),
-        "get_arch_list": lambda: [f"sm_{prof.major}{prof.minor}"],
+        "get_device_capability": lambda device=None: (prof.major, prof.minor), "graph": tensors.graph,
+        "get_arch_list": lambda: [f"sm_{prof.major}{prof.minor}"], "CUDAGraph": tensors.CUDAGraph,
         "device": lambda device=None: contextlib.nullcontext(),  # one device, nothing to switch
         "default_stream": lambda device=None: runtime.DEFAULT_STREAM,
         "memory_allocated": lambda device=None: st().allocated,
         "memory_reserved": lambda device=None: st().allocated,
-        "max_memory_allocated": lambda device=None: st().peak,
+        "max_memory_allocated": lambda device=None: st().peak, "graph_pool_handle": tensors.graph_pool_handle,
+        "reset_peak_memory_stats": lambda device=None: setattr(st(), "peak", st().allocated),
+        "mem_get_info": lambda device=None: (  # (free, total): free capped by what the host can hold
+            min(prof.total_memory - st().allocated, machine.host_available_bytes()), prof.total_memory),
         "empty_cache": lambda: None,  # nothing is cached: storages are freed with their last tensor
-        "CUDAGraph": graphs.CUDAGraph, "graph": graphs.graph, "graph_pool_handle": graphs.graph_pool_handle,
+        "_sleep": lambda cycles: st().log.append(("sleep", int(cycles))),  # a GPU spin: the host goes on
     }  # fmt: skip
-    for name in ("synchronize", "_sleep", "Event", "Stream", "stream", "current_stream", "set_stream",
-                 "reset_peak_memory_stats", "mem_get_info"):  # fmt: skip
+    for name in ("synchronize", "Event", "Stream", "stream", "current_stream", "set_stream"):
         cuda[name] = getattr(runtime, name)
     yield from ((torch.cuda, name, value) for name, value in cuda.items())
     yield torch.cuda.nvtx, "range_push", runtime.range_push
@@ -94,18 +95,19 @@ def _patches(prof: Profile) -> Iterator[tuple[object, str, object]]:
     run = InterpretedFunction.run
 
     def launch(self, *args, **kwargs):
-        return graphs.record_launch(lambda: run(self, *args, **kwargs), (*args, *kwargs.values()))
+        return tensors.record_launch(lambda: run(self, *args, **kwargs), (*args, *kwargs.values()))
 
     yield InterpretedFunction, "run", launch
 
 
 def install(key: str) -> Profile:
-    """Simulate the GPU named `key` ("h200", "mi300x") in this process until `uninstall()`."""
-    prof = profile(key)
-    if runtime.STATE is not None:
-        if runtime.STATE.profile == prof:
-            return prof
-        uninstall()
+    """Simulate the GPU named `key` ("h200", "mi300x", any case) in this process until `uninstall()`."""
+    if key.strip().lower() not in PROFILES:
+        raise ValueError(f"unknown simulated GPU {key!r}; known: {', '.join(PROFILES)}")
+    prof = PROFILES[key.strip().lower()]
+    if active() == prof:
+        return prof
+    uninstall()  # another model's, if any
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(
             "the simulated GPU runs Triton in its interpreter: set TRITON_INTERPRET=1 before Triton is "

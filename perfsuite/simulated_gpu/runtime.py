@@ -1,9 +1,5 @@
-"""The simulated device's runtime: its state, timing events on a host clock, streams, synchronisation, memory
-statistics and NVTX ranges, stand-ins for the `torch.cuda` functions of the same names.
-
-Work runs on the CPU, synchronously: an event records the host clock, `elapsed_time` is host time. A host
-synchronisation during a capture raises `CaptureViolation` and invalidates the capture, so ending it raises
-`CaptureInvalidated`, as CUDA does."""
+"""The simulated device's runtime: the GPU models, the state, and stand-ins for `torch.cuda`'s events (on the
+host clock: work runs on the CPU, synchronously), streams, synchronisation and NVTX ranges."""
 
 from __future__ import annotations
 
@@ -12,11 +8,50 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 
-from perfsuite.core import machine
-from perfsuite.simulated_gpu.profiles import Profile
+LABEL = "(simulated)"  # appended to the device name: every row, table and report of a simulated run says it
+STATE: State | None = None  # the installed simulation's
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One simulated GPU model: what `torch.cuda.get_device_properties` and `torch.version` say."""
+
+    key: str  # the PERFSUITE_SIMULATED_GPU value
+    model: str  # the name the real device reports
+    backend: str  # "cuda" | "rocm"
+    runtime: str  # torch.version.cuda or torch.version.hip
+    major: int
+    minor: int
+    sms: int  # SMs (CUs on ROCm)
+    warp_size: int
+    l2_bytes: int
+    total_memory: int
+    gcn_arch: str = ""  # ROCm's gcnArchName
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {LABEL}"
+
+    def properties(self) -> SimpleNamespace:
+        """A stand-in for `torch.cuda.get_device_properties(i)` (the fields perfsuite and Triton read)."""
+        rocm = {"gcnArchName": self.gcn_arch} if self.backend == "rocm" else {}
+        return SimpleNamespace(
+            name=self.name, major=self.major, minor=self.minor, total_memory=self.total_memory, **rocm,
+            multi_processor_count=self.sms, L2_cache_size=self.l2_bytes, warp_size=self.warp_size,
+            is_integrated=False, is_multi_gpu_board=False, uuid="00000000-0000-0000-0000-000000000000",
+        )  # fmt: skip
+
+
+# l2_bytes: the 60 MiB torch reports on the project's H200 (KINDS.md), not the datasheet's 50 MB
+PROFILES: dict[str, Profile] = {p.key: p for p in (
+    Profile("h200", "NVIDIA H200", "cuda", "13.0", 9, 0, 132, 32, 60 << 20, 150_110_945_280),
+    Profile("mi300x", "AMD Instinct MI300X", "rocm", "6.4.43482", 9, 4, 304, 64, 4 << 20, 205_822_885_888,
+            "gfx942:sramecc+:xnack-"),
+)}  # fmt: skip
 
 
 class CaptureViolation(RuntimeError):
@@ -24,8 +59,7 @@ class CaptureViolation(RuntimeError):
 
 
 class CaptureInvalidated(RuntimeError):
-    """What `cudaStreamEndCapture` raises after an error invalidated the capture (that error is the
-    exception's `__context__` when raised while it propagates)."""
+    """What ending a capture raises after an error invalidated it (that error: its `__context__`)."""
 
 
 @dataclass
@@ -38,7 +72,7 @@ class State:
     allocated: int = 0
     peak: int = 0
     live: dict[int, int] = field(default_factory=dict)  # storage data_ptr -> bytes
-    capture: object | None = None  # the graphs.Recorder of the capture in progress
+    capture: object | None = None  # the tensors.Recorder of the capture in progress
     suspended: int = 0  # > 0 inside a Triton launch: its host copies are the kernel, not the caller's
     log: deque = field(default_factory=lambda: deque(maxlen=4096))  # (kind, detail) in queue order
     ranges: list[str] = field(default_factory=list)  # the open NVTX ranges
@@ -54,9 +88,6 @@ class State:
         return self.capture is not None and not self.suspended
 
 
-STATE: State | None = None
-
-
 def state() -> State:
     if STATE is None:
         raise RuntimeError("the simulated GPU is not installed")
@@ -64,8 +95,7 @@ def state() -> State:
 
 
 def check_not_capturing(what: str) -> None:
-    """Raise as CUDA does when `what` (a host synchronisation) happens during a capture, which it
-    invalidates (ending it raises `CaptureInvalidated`, even when the caller swallowed this error)."""
+    """Refuse `what` (a host sync) in a capture, as CUDA does: it invalidates the capture, even if caught."""
     if STATE is not None and STATE.capturing:
         STATE.invalidated = STATE.invalidated or what
         raise CaptureViolation(
@@ -84,20 +114,18 @@ def suspended() -> Iterator[None]:
         st.suspended -= 1
 
 
-def kernel_ran(replayed: bool = False) -> None:
-    """Count one kernel on the current stream; an eager one is also a launch call (a replayed one was
-    launched by its graph). A kernel's own host work and a capture's work (the replays run it) do not."""
+def kernel_ran() -> None:
+    """Count a kernel (a launch too, unless replayed); not a launch's own host work, nor a capture's work."""
     st = STATE
     if st is None or st.suspended or st.capture is not None:
         return
     st.kernels += 1
-    st.launches += 0 if replayed else 1
+    st.launches += 0 if st.replaying else 1
     st.by_stream[st.stream] = st.by_stream.get(st.stream, 0) + 1
 
 
 def allocate(ptr: int, nbytes: int) -> bool:
-    """Count a new storage; False when it is already counted (a view, an in-place result), is a
-    simulated kernel's own host copy, or comes from a replay (a graph's memory is its pool's)."""
+    """Count a new storage; False if counted already, a kernel's own host copy, or a replay's (its pool's)."""
     st = STATE
     if st is None or st.suspended or st.replaying or ptr in st.live or nbytes <= 0:
         return False
@@ -112,27 +140,7 @@ def release(ptr: int) -> None:
         STATE.allocated -= STATE.live.pop(ptr)
 
 
-def reset_peak_memory_stats(device: object = None) -> None:
-    state().peak = state().allocated
-
-
-def mem_get_info(device: object = None) -> tuple[int, int]:
-    """(free, total): the GPU's total, free capped by what the host can hold (the tensors live there)."""
-    total = state().profile.total_memory
-    return min(total - state().allocated, machine.host_available_bytes()), total
-
-
-class _Synchronous:
-    """Work is synchronous: what was queued is done, and waiting for it is a host synchronisation."""
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        check_not_capturing(f"{type(self).__name__}.synchronize")
-
-
-class Event(_Synchronous):
+class Event:
     """`torch.cuda.Event` on the host clock (work is synchronous, so recording time is completion time)."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
@@ -152,12 +160,8 @@ class Event(_Synchronous):
             raise RuntimeError("Both events must be recorded before calculating elapsed time")
         return (end.seconds - self.seconds) * 1e3
 
-    def wait(self, stream: object = None) -> None: ...
-
-
-def _sleep(cycles: int) -> None:
-    """The GPU spin `torch.cuda._sleep`: it holds the device queue while the host goes on; logged only."""
-    state().log.append(("sleep", int(cycles)))
+    def synchronize(self) -> None:  # work is synchronous: waiting for it is only a host synchronisation
+        check_not_capturing("Event.synchronize")
 
 
 def synchronize(device: object = None) -> None:
@@ -165,23 +169,15 @@ def synchronize(device: object = None) -> None:
     state().log.append(("synchronize", None))
 
 
-class Stream(_Synchronous):
-    """`torch.cuda.Stream`: one queue in the simulation (work is synchronous), kept for its API and for the
-    record of which stream each kernel ran on (`State.by_stream`)."""
+class Stream:
+    """`torch.cuda.Stream`: work is synchronous, but each kernel's stream is counted (`State.by_stream`)."""
 
     def __init__(self, device: object = None, priority: int = 0, **kwargs: object):
-        self.device, self.priority = torch.device("cuda", 0), priority
+        self.device = torch.device("cuda", 0)
 
     def wait_stream(self, stream: Stream) -> None: ...
-    def wait_event(self, event: Event) -> None: ...
-    def __exit__(self, *exc: object) -> None: ...
-    def __enter__(self) -> Stream:
-        return self
-
-    def record_event(self, event: Event | None = None) -> Event:
-        event = event or Event()
-        event.record(self)
-        return event
+    def synchronize(self) -> None:
+        check_not_capturing("Stream.synchronize")
 
 
 DEFAULT_STREAM = Stream()
@@ -192,15 +188,14 @@ def current_stream(device: object = None) -> Stream:
 
 
 def set_stream(s: Stream | None) -> None:
-    """`torch.cuda.set_stream(s)`: make `s` the current stream (None: no change, as torch does)."""
+    """`torch.cuda.set_stream(s)` (None: no change, as torch does)."""
     if s is not None:
         state().stream = s
 
 
 @contextlib.contextmanager
 def stream(s: Stream | None) -> Iterator[None]:
-    """`torch.cuda.stream(s)`: `s` is the current stream inside the block; leaving it restores the one
-    before, and a block left by an error restores it too (`torch.cuda.graph` restores it by hand)."""
+    """`torch.cuda.stream(s)`: `s` is current inside the block, the one before after it, even on an error."""
     before = current_stream()
     set_stream(s)
     try:

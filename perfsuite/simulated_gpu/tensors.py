@@ -1,13 +1,15 @@
-"""Tensors on the simulated GPU: their data lives on the CPU, and they say they are on `cuda:0`.
-
-`DevicePlacement` (a torch function mode) places them and refuses what a GPU refuses: a host tensor in a
-device op and, during a capture, a host synchronisation or a pageable upload (`capture_hazard` finds the
-same at the aten level). `DeviceWork` (a dispatch mode) counts kernels and allocations."""
+"""Tensors and graphs on the simulated GPU. Tensors live on the CPU and say they are on `cuda:0`; a torch
+function mode places them and refuses what a GPU refuses (a host tensor in a device op; in a capture, a host
+sync or a pageable upload, found at the aten level too); a dispatch mode counts kernels and allocations. A
+capture records the device work (ops, Triton launches), a replay redoes it on the captured tensors; as on a
+GPU, a capture computes nothing that lasts, and an invalidated one leaves nothing behind."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import weakref
+from collections.abc import Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -31,19 +33,19 @@ HOST_SYNCS = {
     _Tensor.__index__, _Tensor.nonzero, torch.nonzero, _Tensor.unique, torch.unique, torch.masked_select,
     _Tensor.masked_select,
 }  # fmt: skip
+# ops that take tensors of both devices legitimately (copies, indexing with host indices)
 MOVES = {_Tensor.to, _Tensor.cuda, _Tensor.cpu, _Tensor.copy_, _Tensor.__setitem__, _Tensor.__getitem__}
-"""Ops that take tensors of both devices legitimately (copies, indexing with host indices)."""
 HOST_DATA_FACTORIES = {torch.tensor, torch.as_tensor}
-DATA_DEPENDENT = {
+DATA_DEPENDENT = {  # output sizes that depend on device data: CUDA reads them back to the host (a sync)
     aten.nonzero.default, aten.masked_select.default, aten._unique.default, aten._unique2.default,
     aten.unique_dim.default, aten.unique_consecutive.default, aten.unique_dim_consecutive.default,
     aten.bincount.default,
 }  # fmt: skip
-"""Aten ops whose output size depends on device data: CUDA reads the size back to the host (a sync)."""
+# advanced indexing: a list of index tensors as the second argument
 INDEXING = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
-"""Advanced indexing: a list of index tensors as the second argument."""
+# ops that only allocate: no kernel runs, their contents are undefined (a replay need not refill them)
 ALLOCATIONS = {aten.empty.memory_format, aten.empty_strided.default}
-"""Ops that only allocate: no kernel runs, their contents are undefined (a replay need not refill them)."""
+_pool_ids = itertools.count(1)  # graph memory pools
 
 
 def on_device(value: object) -> bool:
@@ -61,13 +63,10 @@ def _mark(value: object, placed: bool) -> None:
 
 
 def _is_gpu(spec: object) -> bool | None:
-    """True for a cuda device (or its name, or a bare index: a CUDA ordinal), False for another device,
-    None when `spec` is no device."""
+    """True for a cuda device (its name, a bare index), False for another device, None for no device."""
     if isinstance(spec, str):
-        try:
+        with contextlib.suppress(RuntimeError):  # not a device name: stays a string, no device
             spec = torch.device(spec)
-        except RuntimeError:
-            return None
     if isinstance(spec, torch.device):
         return spec.type == "cuda"
     return True if isinstance(spec, int) and not isinstance(spec, bool) else None
@@ -80,12 +79,9 @@ def _name(func: object) -> str:
 def fresh_outputs(func: object, result: object) -> list[tuple[int, torch.Tensor]]:
     """The outputs of aten op `func` that are new storages (not views, not in-place results), by position."""
     returns = getattr(getattr(func, "_schema", None), "returns", ())
-    outputs = result if isinstance(result, (tuple, list)) else (result,)
-    return [
-        (i, out)
-        for i, out in enumerate(outputs)
-        if isinstance(out, torch.Tensor) and not (i < len(returns) and returns[i].alias_info is not None)
-    ]
+    outputs = enumerate(result if isinstance(result, (tuple, list)) else (result,))
+    aliased = {i for i, r in enumerate(returns) if r.alias_info is not None}
+    return [(i, out) for i, out in outputs if isinstance(out, torch.Tensor) and i not in aliased]
 
 
 class DevicePlacement(TorchFunctionMode):
@@ -95,13 +91,17 @@ class DevicePlacement(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if func in ANSWERS:
             return ANSWERS[func][not on_device(args[0])]
-        target = None  # True: result on the device, False: on the host, None: where its inputs are
-        if "device" in kwargs:
-            target = _is_gpu(kwargs["device"])
-            if target:
-                kwargs["device"] = HOST
-        if func == _Tensor.to:
-            args, target = self._to_arguments(args, target)
+        target = _is_gpu(kwargs["device"]) if "device" in kwargs else None  # the result's: None, the inputs'
+        if target:
+            kwargs["device"] = HOST
+        if func == _Tensor.to:  # `.to(device[, dtype])`: the device argument moved to the host; `.to(other)`
+            for i, value in enumerate(args[1:], start=1):
+                if isinstance(value, torch.Tensor):
+                    target = on_device(value)
+                    break
+                if (gpu := _is_gpu(value)) is not None:
+                    args, target = (*args[:i], HOST, *args[i + 1 :]), gpu
+                    break
         elif func == _Tensor.cuda:
             target, args, kwargs = True, args[:1], {}
             func = _Tensor.clone if not on_device(args[0]) else (lambda t: t)
@@ -113,23 +113,9 @@ class DevicePlacement(TorchFunctionMode):
         moved = target is not None and tensors and on_device(tensors[0]) != target
         if moved and func in (_Tensor.to, _Tensor.cpu) and result is tensors[0]:
             result = result.clone()  # a copy between host and device is a new tensor
-        if func in (_Tensor.__setitem__, _Tensor.copy_):
-            return result
-        _mark(result, target if target is not None else any(on_device(t) for t in tensors))
+        if func not in (_Tensor.__setitem__, _Tensor.copy_):
+            _mark(result, target if target is not None else any(on_device(t) for t in tensors))
         return result
-
-    @staticmethod
-    def _to_arguments(args: tuple, target: bool | None) -> tuple[tuple, bool | None]:
-        """`Tensor.to(device[, dtype])` or `.to(other)`: the device argument moved to the host."""
-        moved = list(args)
-        for i, value in enumerate(args[1:], start=1):
-            if isinstance(value, torch.Tensor):
-                return args, on_device(value)
-            gpu = _is_gpu(value)
-            if gpu is not None:
-                moved[i] = HOST
-                return tuple(moved), gpu
-        return args, target
 
     @staticmethod
     def _check(func, tensors: list[torch.Tensor], target: bool | None) -> None:
@@ -143,9 +129,8 @@ class DevicePlacement(TorchFunctionMode):
                 runtime.check_not_capturing(f"{_name(func)} copies a device value to the host")
             if target is False and on_gpu:
                 runtime.check_not_capturing(f"{_name(func)} copies device memory to the host")
-            if target is True and (
-                func in HOST_DATA_FACTORIES or any(not on_device(t) and t.dim() > 0 for t in tensors)
-            ):
+            upload = func in HOST_DATA_FACTORIES or any(not on_device(t) and t.dim() > 0 for t in tensors)
+            if target is True and upload:
                 runtime.check_not_capturing(f"{_name(func)} copies pageable host memory to the device")
         if func not in MOVES and target is None and len({on_device(t) for t in tensors if t.dim() > 0}) > 1:
             raise RuntimeError(
@@ -155,10 +140,9 @@ class DevicePlacement(TorchFunctionMode):
 
 
 def capture_hazard(func: object, args: tuple, kwargs: dict, born: dict[int, torch.Tensor]) -> str:
-    """What in the aten op `func(*args, **kwargs)` CUDA refuses during a capture ("" for nothing): a host
-    read of device data, or a copy of host memory to the device. A tensor no torch function made (indexing
-    makes its views and index tensors in C++) is where its base is, or with no base on the device when the
-    capture allocated it (`born`: the index tensor of `x[True]`), else on the host (a Python list index)."""
+    """What CUDA refuses in the aten op during a capture ("" for nothing): a host read of device data, a copy
+    of host memory to the device. A tensor no torch function made (indexing makes some in C++) is where its
+    base is, else on the device if the capture allocated it (`born`: `x[True]`'s index), else on the host."""
 
     def device(value: object) -> bool:
         if not isinstance(value, torch.Tensor):
@@ -201,19 +185,181 @@ def capture_hazard(func: object, args: tuple, kwargs: dict, born: dict[int, torc
 
 
 class DeviceWork(TorchDispatchMode):
-    """The device's bookkeeping: every op that computes is a kernel (views are not), and the storages
-    ops create (not views, not in-place results) are its allocations."""
+    """The device's bookkeeping: an op that computes is a kernel, a storage it creates an allocation."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         returns = getattr(getattr(func, "_schema", None), "returns", ())
         views = bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
         if not views and func not in ALLOCATIONS:
-            st = runtime.STATE
-            runtime.kernel_ran(replayed=st is not None and st.replaying > 0)
+            runtime.kernel_ran()
         for _, out in fresh_outputs(func, result):
             if out.device.type == "cpu":
                 storage = out.untyped_storage()
                 if runtime.allocate(storage.data_ptr(), storage.nbytes()):
                     weakref.finalize(out, runtime.release, storage.data_ptr())
         return result
+
+
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole storage under `tensor`, as bytes."""
+    return torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
+
+
+class Recorder(TorchDispatchMode):
+    """Records a capture's device work, run once for the shapes the code goes on with (`finish` undoes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: list[Callable[[], object]] = []  # each redoes one piece of device work
+        self.born: dict[int, torch.Tensor] = {}  # storages allocated in the capture
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # (bytes, copy) of what it overwrote
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if runtime.state().suspended:
+            return func(*args, **kwargs)
+        if hazard := capture_hazard(func, args, kwargs, self.born):
+            runtime.check_not_capturing(hazard)
+        schema = func._schema.arguments  # the memory the op writes, passed by position or by name
+        given = {**{a.name: v for a, v in zip(schema, args, strict=False)}, **kwargs}
+        self.keep([given[a.name] for a in schema if a.is_write and a.name in given])
+        result = func(*args, **kwargs)
+        fresh = fresh_outputs(func, result)
+        with runtime.suspended():
+            for _, out in fresh:
+                self.born.setdefault(out.untyped_storage().data_ptr(), out)
+        refill = [] if func in ALLOCATIONS else fresh
+
+        def replay() -> None:  # `func` again, its results copied into the storages the capture's own
+            again = func(*args, **kwargs)
+            again = again if isinstance(again, (tuple, list)) else (again,)
+            with runtime.suspended():  # bookkeeping of the simulation, not a kernel of the graph
+                for i, out in refill:
+                    out.copy_(again[i])
+
+        self.nodes.append(replay)
+        return result
+
+    def keep(self, tensors: list[object]) -> None:
+        """Save the contents of pre-existing memory the capture is about to write."""
+        with runtime.suspended():
+            for t in (t for t in tensors if isinstance(t, torch.Tensor)):
+                ptr = t.untyped_storage().data_ptr()
+                if ptr not in self.born and ptr not in self.saved:
+                    self.saved[ptr] = (whole := _bytes_of(t), whole.clone())
+
+    def finish(self) -> None:
+        """Undo the capture's effects: old memory restored, memory born in it left as garbage (bits set)."""
+        with runtime.suspended():
+            for whole, copy in self.saved.values():
+                whole.copy_(copy)
+            for ptr, tensor in self.born.items():
+                if ptr not in self.saved:
+                    _bytes_of(tensor).fill_(255)
+        self.saved.clear()
+
+
+def record_launch(launch: Callable[[], object], arguments: tuple = ()) -> object:
+    """A simulated kernel launch: run it (its host copies unchecked), and record it when capturing."""
+    capture = runtime.state().capture if runtime.state().capturing else None
+    runtime.kernel_ran()
+    if capture is not None:  # which arguments a kernel writes is its own business: keep them all
+        capture.keep(list(arguments))
+    with runtime.suspended():
+        result = launch()
+    if capture is not None:
+        capture.nodes.append(lambda: record_launch(launch))  # replayed: counted, not recorded
+    return result
+
+
+class CUDAGraph:
+    """`torch.cuda.CUDAGraph`: capture_begin / capture_end record, `replay` redoes the recorded work."""
+
+    def __init__(self, keep_graph: bool = False):
+        self.nodes: list[Callable[[], object]] = []
+        self.pool_id: int | None = None
+
+    def capture_begin(self, pool: object = None, capture_error_mode: str = "global") -> None:
+        st = runtime.state()
+        if st.capture is not None:
+            raise RuntimeError("a graph capture is already in progress (simulated GPU)")
+        if st.stream is runtime.DEFAULT_STREAM:
+            raise RuntimeError(
+                "CUDA graphs must be captured on a non-default stream. (However, after capture, it's ok "
+                "to replay them on the default stream.) (simulated GPU)"
+            )
+        st.invalidated = ""
+        self.pool_id = pool if isinstance(pool, int) else next(_pool_ids)
+        st.capture = Recorder()
+        st.capture.__enter__()
+        st.log.append(("capture_begin", self.pool_id))
+
+    def capture_end(self) -> None:
+        """End the capture (memory it wrote restored); `CaptureInvalidated`, no graph, if invalidated."""
+        st = runtime.state()
+        assert isinstance(st.capture, Recorder), "capture_end without capture_begin"
+        recorder, st.capture = st.capture, None
+        try:
+            recorder.__exit__(None, None, None)
+        finally:
+            recorder.finish()
+        first, st.invalidated = st.invalidated, ""
+        if first:
+            self.reset()
+            st.log.append(("capture_failed", first))
+            raise runtime.CaptureInvalidated(
+                "CUDA error: operation failed due to a previous error during capture (simulated GPU; the "
+                f"first: {first})"
+            )
+        self.nodes = recorder.nodes
+        st.log.append(("capture_end", len(self.nodes)))
+
+    def replay(self) -> None:
+        st = runtime.state()
+        if st.capture is not None:
+            raise RuntimeError("cannot replay a graph while a capture is in progress (simulated GPU)")
+        if self.pool_id is None:
+            raise RuntimeError("replay of a graph that was never captured (simulated GPU)")
+        st.log.append(("replay", len(self.nodes)))
+        st.launches += 1  # one graph launch for all its kernels
+        st.replaying += 1
+        try:
+            for node in self.nodes:
+                node()
+        finally:
+            st.replaying -= 1
+
+    def reset(self) -> None:
+        self.nodes, self.pool_id = [], None
+
+    def pool(self) -> int:
+        if self.pool_id is None:
+            raise RuntimeError("the graph has no memory pool before capture (simulated GPU)")
+        return self.pool_id
+
+
+def graph_pool_handle() -> int:
+    return next(_pool_ids)
+
+
+class graph:
+    """`torch.cuda.graph`: capture on a side stream, which stays current if ending the capture raises."""
+
+    default_capture_stream = runtime.Stream()
+
+    def __init__(self, cuda_graph: CUDAGraph, pool: object = None, stream: object = None, **options: object):
+        self.cuda_graph, self.pool = cuda_graph, pool
+        self.capture_stream = stream or graph.default_capture_stream
+
+    def __enter__(self) -> None:
+        runtime.synchronize()
+        self.before = runtime.current_stream()
+        runtime.set_stream(self.capture_stream)
+        self.cuda_graph.capture_begin(self.pool)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.cuda_graph.capture_end()
+        runtime.set_stream(self.before)
+        if exc_type is not None:
+            self.cuda_graph.reset()  # a capture cut short is not replayed here

@@ -1,20 +1,5 @@
-"""Measured HBM traffic from hardware counters: Nsight Compute on NVIDIA, rocprofv3 on AMD (`run --counters`).
-
-Each ok case is relaunched as `python -m perfsuite call SCENARIO CASE_ID` under the tool, which prepares the
-case as `run` does and calls it once inside the range `perfsuite.<variant>.<path>`; only kernels launched
-inside it are counted. A subprocess per case keeps the tool's slowdown (kernel serialization and replay)
-away from the timed sweep and lets the tool own the process from its start.
-
-- NVIDIA: ncu, kernel replay (works on every path: graph replays are profiled node by node, allocations and
-  syncs inside the range are allowed, unlike range replay), no cache control: a cold call starts after
-  perfsuite's flush, and its kernels see what the previous ones left in the cache, as in the timed run and
-  the cache-aware bytes model.
-- AMD: rocprofv3 FETCH_SIZE / WRITE_SIZE (KiB) in the ROCTx resume / pause region. They count the L2's
-  traffic to the fabric, which the MI300's Infinity Cache may still serve: where `bytes_measured_vs_model`
-  (the model with the 256 MiB Infinity Cache) is off, read `bytes_measured_vs_uncached` beside it.
-
-Where the tool, the counters (permissions) or a GPU are missing, the byte columns are NaN and the `counters`
-column says why.
+"""Measured HBM traffic (`run --counters`): each ok case relaunched (`perfsuite call`) under ncu or rocprofv3,
+away from the timed sweep; without a tool, permission or GPU, `counters` says why (docs/profiling.md).
 """
 
 from __future__ import annotations
@@ -28,10 +13,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pandas as pd
 
@@ -41,30 +25,25 @@ if TYPE_CHECKING:  # torch-free at import
 
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 ROCPROF_COUNTERS = ("FETCH_SIZE", "WRITE_SIZE")  # KiB fetched from / written to video memory
-EXIT_SKIPPED = 3
-"""Exit status of `perfsuite call` for a case that cannot run here."""
+EXIT_SKIPPED = 3  # `perfsuite call`'s exit status for a case that cannot run here
+# ncu prints decimal units (Kbyte = 1000 bytes; newer versions KB); KiB and friends are binary
 BYTE_UNITS = {"": 1.0, "b": 1.0, "byte": 1.0, "bytes": 1.0} | {
     f"{prefix}{suffix}": base**power
     for power, prefix in enumerate("kmgt", 1)
     for suffix, base in (("byte", 1e3), ("b", 1e3), ("ib", 1024.0))
 }
-"""ncu prints decimal units (Kbyte = 1000 bytes; newer versions KB); KiB and friends are binary."""
 
 
 class CountersError(RuntimeError):
     """Counters could not be measured; the message is the one-line reason for the `counters` column."""
 
 
-@dataclass(frozen=True)
-class Measured:
+class Measured(NamedTuple):
     """Bytes one call moved, by the counters, and how many kernels they came from."""
 
     read: float
     write: float
     kernels: int
-
-
-# ------------------------------------------------------------------------------------------ parsing
 
 
 def _number(text: str) -> float:
@@ -73,16 +52,14 @@ def _number(text: str) -> float:
 
 
 def _bytes(value: str, unit: str) -> float:
-    scale = BYTE_UNITS.get(unit.strip().lower())
-    if scale is None:
+    if (scale := BYTE_UNITS.get(unit.strip().lower())) is None:
         raise CountersError(f"unknown byte unit {unit!r} in the ncu output")
     return _number(value) * scale
 
 
 def parse_ncu_csv(text: str) -> Measured:
-    """DRAM bytes summed over the kernels of an `ncu --csv` report, from the `--page raw` table (a header,
-    a units row, a row per kernel with a column per metric) or the details page (a row per kernel and
-    metric: "Metric Name", "Metric Unit", "Metric Value"). Tool chatter around the table is skipped."""
+    """DRAM bytes summed over the kernels of an `ncu --csv` report: the `--page raw` table (a header, a units
+    row, a row per kernel) or the details page (a row per kernel and metric), tool chatter skipped."""
     if "No kernels were profiled" in text:
         raise CountersError("ncu profiled no kernel inside the NVTX range")
     lines = text.splitlines()
@@ -95,8 +72,7 @@ def parse_ncu_csv(text: str) -> Measured:
         name, unit, value = (header.index(c) for c in ("Metric Name", "Metric Unit", "Metric Value"))
         cells = [(r[0], r[name], r[unit], r[value]) for r in body]
     else:
-        missing = [m for m in NCU_METRICS if m not in header]
-        if missing:
+        if missing := [m for m in NCU_METRICS if m not in header]:
             raise CountersError(f"ncu output lacks {', '.join(missing)}")
         units = body[0] if body and not body[0][0].strip() else [""] * len(header)
         at = {m: header.index(m) for m in NCU_METRICS}
@@ -126,8 +102,8 @@ def parse_rocprof_csv(text: str) -> Measured:
 def row_values(
     measured: Measured | None, bytes_model: float, note: str, bytes_uncached: float | None = None
 ) -> dict[str, object]:
-    """The counter columns of a result row (NaN bytes and the reason in `note` when not measured): the
-    measured bytes over the cache-aware model (`bytes_model`) and over every pass from HBM."""
+    """The counter columns of a row (NaN bytes when not measured, `note` says why): the measured bytes over
+    the cache-aware model (`bytes_model`) and over every pass from HBM."""
     read, write = (math.nan, math.nan) if measured is None else (measured.read, measured.write)
     total, uncached = read + write, bytes_model if bytes_uncached is None else bytes_uncached
     return {
@@ -140,11 +116,7 @@ def row_values(
     }
 
 
-# ------------------------------------------------------------------------------------------ the tools
-
-
-@dataclass(frozen=True)
-class Tool:
+class Tool(NamedTuple):
     name: str  # "ncu" | "rocprofv3"
     path: str
     version: str = ""
@@ -186,20 +158,11 @@ def _tail(result: subprocess.CompletedProcess) -> str:
 
 
 class CounterCollector:
-    """Measures the HBM bytes of cases, one subprocess under the vendor's tool per case.
+    """Called with a case: the counter columns of its row, measured in a subprocess under the vendor's
+    tool. Never raises: problems become the reason."""
 
-    Call it with a case: the counter columns of its row. Never raises: problems become the reason.
-    """
-
-    def __init__(
-        self,
-        info: DeviceInfo,
-        scenario_source: str,
-        out_dir: Path,
-        *,
-        timeout_s: float = 900.0,
-        run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
-    ):
+    def __init__(self, info: DeviceInfo, scenario_source: str, out_dir: Path, *, timeout_s: float = 900.0,
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run):  # fmt: skip
         self.info, self.scenario_source, self.out_dir = info, scenario_source, out_dir
         self.timeout_s, self._run = timeout_s, run
 

@@ -1,13 +1,5 @@
-"""Profiler traces: one torch.profiler trace per case, in the layout TensorBoard's profiler plugin reads.
-
-    DIR/<run>/<worker>.<ts>.pt.trace.json     one run folder per case, named after its case_id
-    DIR/kernels.csv                           per case and kernel of the selection: calls, total and mean
-                                              time, share (the cache flush excluded, its time in a column)
-    DIR/cases.csv                             per case: status, reason, threads, trace, kernels per call
-
-Every call runs inside a range `perfsuite.<variant>.<path>` (`record_function`, plus NVTX on CUDA, which
-ROCm maps to ROCTx), a cold case's cache flush before it inside `perfsuite.cache_flush`. Cases are prepared
-by `KernelRunner.prepare`, so the profiled call is the measured one, with the scenario's torch CPU threads.
+"""`perfsuite profile`: a torch.profiler trace per case (TensorBoard's layout, DIR/<run>/*.pt.trace.json),
+DIR/kernels.csv and DIR/cases.csv; `perfsuite call`: one case's calls in their range (docs/profiling.md).
 """
 
 from __future__ import annotations
@@ -21,8 +13,8 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import torch
@@ -37,16 +29,13 @@ from perfsuite.measure.memory import native_stderr_silenced
 from perfsuite.results.rows import case_row
 from perfsuite.scenario.load import Case, Scenario, ScenarioError, expand
 
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-"""Trace event categories of device work (kineto: CUDA via CUPTI, ROCm via roctracer)."""
-LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
-"""Host-side runtime calls; their `correlation` arg names the device work they launched."""
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # device work (kineto: CUPTI, roctracer)
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")  # host calls; `correlation` names the work launched
 KERNEL_COLUMNS = ("kernel", "calls", "per_call", "total_us", "mean_us", "share")
 KERNEL_FRONT = ["case_id", "run", "device", "activity"]
+# the cases.csv columns repeated on each of the case's kernels.csv rows
 CASE_KEYS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2", "threads")
-"""The cases.csv columns repeated on each of the case's kernels.csv rows."""
-FLUSH_RANGE = "perfsuite.cache_flush"
-"""The range around every cache flush; no variant's range (`perfsuite.<variant>.<path>`) has this name."""
+FLUSH_RANGE = "perfsuite.cache_flush"  # no variant's range (`perfsuite.<variant>.<path>`) has this name
 
 
 def range_name(case: Case) -> str:
@@ -55,7 +44,7 @@ def range_name(case: Case) -> str:
 
 
 def run_name(case: Case) -> str:
-    """The case's trace folder: its case_id made filesystem-safe (identity-eager-bfloat16-V1000-B3-k1-...)."""
+    """The case's trace folder: its case_id made filesystem-safe."""
     return re.sub(r"[^A-Za-z0-9_.=-]+", "-", case.case_id).strip("-")
 
 
@@ -70,10 +59,8 @@ def marked(name: str, device: torch.device) -> Iterator[None]:
 def marked_calls(
     call: Callable[[], object], case: Case, info: DeviceInfo, calls: int, roctx: ctypes.CDLL | None = None
 ) -> Iterator[None]:
-    """`calls` calls inside the case's range, each closed once the device is done; yields after each. A cold
-    case's flush runs before each call in `FLUSH_RANGE`, so trace viewers show it apart from the selection
-    and ncu's `--nvtx-include perfsuite.<variant>.<path>/` leaves it out. `roctx`: the library whose
-    profiler resume / pause wraps each call (the region rocprofv3 --selected-regions counts)."""
+    """`calls` calls in the case's range, each closed once the device is done, a cold case's flush before
+    each in `FLUSH_RANGE`; yields after each. `roctx`: its profiler resume / pause wraps each call."""
     device = torch.device(info.device)
     flush = timing.cache_flusher(info) if case.timing.l2 == "cold" else None
     for _ in range(calls):
@@ -92,11 +79,14 @@ def marked_calls(
         yield
 
 
-def trace_metadata(case: Case, info: DeviceInfo, *, calls: int) -> dict[str, dict[str, object]]:
-    """The top-level keys perfsuite adds to a case's trace JSON. `distributedInfo`: Holistic Trace Analysis
-    maps a trace to a rank by it, which torch.profiler writes only under torch.distributed (the backend is
-    the one torch.distributed would pick). `perfsuite`: the case, flat (HTA's reader skips nested maps)."""
-    return {
+def record_trace(call: Callable[[], object], folder: Path, case: Case, info: DeviceInfo, calls: int) -> Path:
+    """Profile `calls` calls of the case (after one warm-up step) into `folder`; the trace file written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.pt.trace.json*"):
+        old.unlink()
+    # HTA maps a trace to a rank by `distributedInfo`, which torch.profiler writes only under
+    # torch.distributed; `perfsuite`: the case, flat (HTA's reader skips nested maps)
+    meta = {
         "distributedInfo": {"backend": "nccl" if info.is_gpu else "gloo", "rank": 0, "world_size": 1},
         "perfsuite": {
             **case_row(case, {"scenario": case.scenario}),
@@ -105,20 +95,13 @@ def trace_metadata(case: Case, info: DeviceInfo, *, calls: int) -> dict[str, dic
             **{"flush_range": FLUSH_RANGE if case.timing.l2 == "cold" else "", "torch": torch.__version__},
         },
     }
-
-
-def record_trace(call: Callable[[], object], folder: Path, case: Case, info: DeviceInfo, calls: int) -> Path:
-    """Profile `calls` calls of the case (after one warm-up step) into `folder`; the trace file written."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.pt.trace.json*"):
-        old.unlink()
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if info.device.startswith("cuda") else [])]
     steps = schedule(wait=0, warmup=1, active=calls, repeat=1)
     with warnings.catch_warnings(), native_stderr_silenced():
         warnings.simplefilter("ignore")
         handler = tensorboard_trace_handler(str(folder))
         prof = profile(activities=activities, schedule=steps, on_trace_ready=handler, record_shapes=True)
-        for key, value in trace_metadata(case, info, calls=calls).items():  # written once recording starts
+        for key, value in meta.items():  # written once recording starts
             prof.preset_metadata_json(key, json.dumps(value, allow_nan=False))
         with prof:
             for _ in marked_calls(call, case, info, 1 + calls):
@@ -129,11 +112,8 @@ def record_trace(call: Callable[[], object], folder: Path, case: Case, info: Dev
     return traces[0]
 
 
-# ------------------------------------------------------------------------------------------ reading
-
-
 def load_events(path: Path) -> pd.DataFrame:
-    """Complete ('X') events of a Chrome-trace JSON file: name, cat, ts, dur (µs), pid, tid, correlation."""
+    """Complete ('X') events of a Chrome trace: name, cat, ts, dur (µs), pid, tid, correlation."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -156,10 +136,9 @@ def _inside(events: pd.DataFrame, ranges: pd.DataFrame, *, same_thread: bool = T
 
 
 def _work(events: pd.DataFrame, ranges: pd.DataFrame | None) -> tuple[pd.DataFrame, str]:
-    """The work attributed to `ranges` (None: all of it) and what kind it is. GPU traces: device work
-    matched through the `correlation` of the runtime calls issued inside the ranges, or where that matches
-    nothing (no correlation ids), the device work starting inside a range (ranges close after a device
-    sync). CPU traces: the leaf aten ops inside the ranges (their callers only dispatch)."""
+    """The work in `ranges` (None: all) and its kind: on a GPU the device work launched by runtime calls in
+    the ranges (by correlation id; without ids, the work starting in a range: ranges close after a sync);
+    on a CPU the leaf aten ops in the ranges (their callers only dispatch)."""
     device = events[events["cat"].isin(DEVICE_CATEGORIES)]
     if len(device):
         if ranges is not None:
@@ -176,14 +155,8 @@ def _work(events: pd.DataFrame, ranges: pd.DataFrame | None) -> tuple[pd.DataFra
 
 
 def summarize(events: pd.DataFrame, name: str) -> tuple[pd.DataFrame, dict[str, object]]:
-    """The per-kernel table (KERNEL_COLUMNS) of the work inside the ranges called `name` (see `_work`;
-    without any such range, all of it), and the case's figures per call for cases.csv.
-
-    The cache flush's work (attributed to the `FLUSH_RANGE` ranges) is never the selection's: it is left
-    out of the table and the shares, as `ncu --nvtx-include` of the selection's range would, and summed
-    apart per call in `excluded_flush_*` (NaN without a flush range), so it stays visible without its
-    fill kernels being mistaken for the selection's top kernel.
-    """
+    """The per-kernel table of the work in the ranges called `name` (none: all the work), and the case's
+    figures per call. The flush's work is left out, summed apart in `excluded_flush_*` (NaN without one)."""
     is_range = events["cat"] == "user_annotation"
     ranges = events[is_range & (events["name"] == name)]
     flush_ranges = events[is_range & (events["name"] == FLUSH_RANGE)]
@@ -211,11 +184,7 @@ def summarize(events: pd.DataFrame, name: str) -> tuple[pd.DataFrame, dict[str, 
     }
 
 
-# ------------------------------------------------------------------------------------------ a sweep
-
-
-@dataclass(frozen=True)
-class ProfileOutcome:
+class ProfileOutcome(NamedTuple):
     cases: pd.DataFrame
     files: dict[str, Path]
     interrupted: bool = False
@@ -228,8 +197,7 @@ def profile_case(
     env = {"device": runner.info.name, "backend": runner.info.backend, "threads": torch.get_num_threads()}
     row = {**case_row(case, env), "run": run_name(case)}
     try:
-        reason = runner.skip_reason(case)
-        if reason:
+        if reason := runner.skip_reason(case):
             return {**row, "status": "skipped", "reason": reason}, None
         prepared, _, _ = runner.prepare(case)
         trace = record_trace(prepared.run, out_dir / run_name(case), case, runner.info, calls)
@@ -249,20 +217,23 @@ def select_cases(cases: list[Case], only: str | None) -> list[Case]:
     return [c for c in cases if fnmatch.fnmatchcase(c.case_id, pattern)]
 
 
+def kernel_runner(scenario: Scenario) -> KernelRunner:
+    """The runner `run` prepares cases with, the scenario's torch CPU threads applied first."""
+    settings.apply_threads(scenario.timing.threads)
+    info = detect(scenario.device)
+    return KernelRunner(info, {"device": info.name, "backend": info.backend})
+
+
 def profile_scenario(
     scenario: Scenario, out_dir: Path, *, calls: int = 5, only: str | None = None
 ) -> ProfileOutcome:
-    """A trace per case of the scenario under `out_dir`, then kernels.csv and cases.csv (interrupted: the
-    tables of the cases profiled so far), with the scenario's torch CPU threads applied first."""
-    settings.apply_threads(scenario.timing.threads)
-    info = detect(scenario.device)
-    runner = KernelRunner(info, {"device": info.name, "backend": info.backend})
+    """A trace per case under `out_dir`, then kernels.csv and cases.csv (interrupted: those so far)."""
     cases = select_cases(expand(scenario), only)
     if not cases:
         raise ScenarioError(f"{scenario.source}: no case matches {only!r} (`perfsuite list` shows them)")
+    runner = kernel_runner(scenario)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows, tables = [], []
-    interrupted = False
+    rows, tables, interrupted = [], [], False
     try:
         for case in cases:
             row, kernels = profile_case(runner, case, out_dir, calls)
@@ -273,9 +244,7 @@ def profile_scenario(
     empty = pd.DataFrame(columns=[*KERNEL_FRONT, *KERNEL_COLUMNS])
     kernels = pd.concat(tables, ignore_index=True) if tables else empty
     files = {"kernels": out_dir / "kernels.csv", "cases": out_dir / "cases.csv"}
-    kernels[[*KERNEL_FRONT, *(c for c in kernels.columns if c not in KERNEL_FRONT)]].to_csv(
-        files["kernels"], index=False
-    )
+    kernels[[*KERNEL_FRONT, *kernels.columns.drop(KERNEL_FRONT)]].to_csv(files["kernels"], index=False)
     frame = pd.DataFrame(rows, columns=None if rows else ["case_id", "status", "reason"])
     frame.to_csv(files["cases"], index=False)
     return ProfileOutcome(frame, files, interrupted)
@@ -286,19 +255,11 @@ def short_table(outcome: ProfileOutcome, width: int = 60) -> str:
     ok = outcome.cases[outcome.cases["status"] == "ok"]
     if ok.empty:
         return "no case was profiled"
-    table = pd.DataFrame(
-        {
-            "case": ok["case_id"],
-            "kernels/call": ok["kernels_per_call"].map(lambda v: f"{v:.3g}"),
-            "us/call": ok["kernel_us_per_call"].map(lambda v: f"{v:.4g}"),
-            "top kernel": ok["top_kernel"].map(lambda s: s if len(s) <= width else s[: width - 1] + "…"),
-            "share": ok["top_share"].map(lambda v: f"{100 * v:.0f} %"),
-        }
-    )
-    return table.to_string(index=False)
-
-
-# ------------------------------------------------------------------------------------------ one call
+    top = ok["top_kernel"].map(lambda s: s if len(s) <= width else s[: width - 1] + "…")
+    kernels, us = ok["kernels_per_call"].map("{:.3g}".format), ok["kernel_us_per_call"].map("{:.4g}".format)
+    share = (100 * ok["top_share"]).map("{:.0f} %".format)
+    table = {"case": ok["case_id"], "kernels/call": kernels, "us/call": us, "top kernel": top, "share": share}
+    return pd.DataFrame(table).to_string(index=False)
 
 
 def _roctx() -> ctypes.CDLL:
@@ -314,20 +275,16 @@ def _roctx() -> ctypes.CDLL:
 
 
 def call_case(scenario: Scenario, case_id: str, *, calls: int = 1, roctx_region: bool = False) -> str | None:
-    """Run one case's call `calls` times inside its range (`marked_calls`), prepared as `run` prepares it,
-    for external profilers (ncu --nvtx, nsys, rocprofv3 --selected-regions with `roctx_region`): inputs,
-    compilation, graph capture happen outside the range. Returns why the case is skipped here, or None."""
-    settings.apply_threads(scenario.timing.threads)
+    """One case's call `calls` times in its range, prepared as `run` prepares it (outside the range), for
+    ncu, nsys or rocprofv3 (`roctx_region`: --selected-regions). Returns why the case is skipped, or None."""
     cases = {c.case_id: c for c in expand(scenario)}
     if case_id not in cases:
         raise ScenarioError(f"{scenario.source}: no case {case_id!r} (`perfsuite list` shows them)")
-    case, info = cases[case_id], detect(scenario.device)
-    runner = KernelRunner(info, {"device": info.name, "backend": info.backend})
-    reason = runner.skip_reason(case)
-    if reason:
+    case, runner = cases[case_id], kernel_runner(scenario)
+    if reason := runner.skip_reason(case):
         return reason
     prepared, _, _ = runner.prepare(case)
-    for _ in marked_calls(prepared.run, case, info, calls, _roctx() if roctx_region else None):
+    for _ in marked_calls(prepared.run, case, runner.info, calls, _roctx() if roctx_region else None):
         pass
     print(json.dumps({"case_id": case_id, "range": range_name(case), "calls": calls}))
     return None

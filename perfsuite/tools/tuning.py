@@ -1,14 +1,12 @@
-"""`perfsuite tune`: time every candidate launch plan of the Triton kernels on this GPU, per shape of a
-scenario, and keep the fastest exact one per shape as a tuned-plan table (`kernels.plan_table`).
-
-Each candidate is timed with the suite's samplers on the scenario's path and `[timing]` once its outputs
-passed the exact parity check (one that fails is recorded, never chosen). `triton_argmax`'s cases tune
-the argmax kernels apart, on the same candidates, judged on their indices (docs/triton.md).
-"""
+"""`perfsuite tune`: every candidate launch plan of the Triton kernels timed per shape of a scenario on this
+GPU (the suite's samplers, on the scenario's path and `[timing]`, once its outputs passed the exact parity
+check: one that fails is recorded, never chosen), the fastest exact one per shape kept as a tuned-plan table
+(`kernels.plan_table`). `triton_argmax`'s cases tune the argmax kernels apart, judged on their indices."""
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
@@ -34,9 +32,9 @@ FUSED_WARPS = (4, 8, 16)
 FUSED_BYTES_PER_THREAD = (16, 32, 64)
 SPLIT_PROGRAMS = ((4, 16), (4, 32), (8, 16))  # (warps, bytes per thread per tile)
 SPLIT_WAVES = (0.5, 1.0, 2.0, 4.0)
+# A candidate replaces the heuristic plan only when its median is this much lower and its p80 is below the
+# heuristic's p20 (outside both runs' noise): the fastest of ~30 noisy medians is otherwise a coin toss.
 MIN_GAIN = 0.03
-"""A candidate replaces the heuristic plan only when its median is this much lower and its p80 is below the
-heuristic's p20 (outside both runs' noise): the fastest of ~30 noisy medians is otherwise a coin toss."""
 
 PlanFor = Callable[[int, int, int, torch.dtype, plans.Hardware], plans.Plan]
 
@@ -58,9 +56,8 @@ def shapes_of(cases: Iterable[Case]) -> list[Case]:
     """One case per (dtype, batch, vocab, k, path, selection), whatever else its variant: the shapes to
     tune (an argmax variant's case tunes the argmax kernels, every other the exact top-k)."""
     distinct: dict[tuple, Case] = {}
-    for case in cases:
-        key = (case.dtype, case.batch, case.vocab, case.topk, case.path, selection_of(case.variant))
-        distinct.setdefault(key, case)
+    for c in cases:
+        distinct.setdefault((c.dtype, c.batch, c.vocab, c.topk, c.path, selection_of(c.variant)), c)
     return list(distinct.values())
 
 
@@ -73,11 +70,9 @@ def candidates(
     from perfsuite.kernels.topk_softmax import plan_launches
 
     found = [Tunables.of(plans.choose(batch, vocab, k, hw, element_size, selection))]
-    for prefetch in (True, False):
-        for warps in FUSED_WARPS:
-            for per_thread in FUSED_BYTES_PER_THREAD:
-                block = per_thread // element_size * hw.warp_size * warps
-                found.append(Tunables("fused", block, warps, prefetch=prefetch, selection=selection))
+    for prefetch, warps, per_thread in itertools.product((True, False), FUSED_WARPS, FUSED_BYTES_PER_THREAD):
+        block = per_thread // element_size * hw.warp_size * warps
+        found.append(Tunables("fused", block, warps, prefetch=prefetch, selection=selection))
     if vocab >= 2 * plans.SPLIT_MIN_CHUNK:
         for warps, per_thread in SPLIT_PROGRAMS:
             block = per_thread // element_size * hw.warp_size * warps
@@ -137,11 +132,8 @@ def time_candidate(case: Case, tunables: Tunables, inputs: KernelRunner, hw: pla
 def best_of(timed: list[TimedPlan]) -> TimedPlan | None:
     """The fastest usable candidate if it beats the heuristic (`timed[0]`) by MIN_GAIN outside the noise,
     else the heuristic; None when no candidate is usable."""
-    usable = [t for t in timed if t.usable]
-    if not usable:
-        return None
-    best, heuristic = min(usable, key=lambda t: t.median_us), timed[0]
-    if not heuristic.usable:
+    best, heuristic = min((t for t in timed if t.usable), key=lambda t: t.median_us, default=None), timed[0]
+    if best is None or not heuristic.usable:
         return best
     clear = best.median_us < (1 - MIN_GAIN) * heuristic.median_us and best.p80_us < heuristic.p20_us
     return best if clear else heuristic
@@ -174,10 +166,8 @@ def tune(cases: Iterable[Case], info: DeviceInfo, on_shape: OnShape | None = Non
         shape = {"dtype": case.dtype, "batch": case.batch, "vocab": case.vocab, "k": case.topk}
         for rank, t in enumerate(timed):
             row = {**shape, "path": case.path, "heuristic": rank == 0, **asdict(t.tunables)}
-            row |= {"n_splits": t.plan.n_splits, "chunk": t.plan.chunk, "median_us": t.median_us}
-            outcome.rows.append(
-                row | {"p20_us": t.p20_us, "p80_us": t.p80_us, "verdict": t.verdict, "reason": t.reason}
-            )
+            row |= {"n_splits": t.plan.n_splits, "chunk": t.plan.chunk}
+            outcome.rows.append(row | {k: v for k, v in vars(t).items() if k not in ("tunables", "plan")})
         best = best_of(timed)
         if best is not None:
             times = {"median_us": best.median_us, "heuristic_us": timed[0].median_us}

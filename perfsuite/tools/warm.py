@@ -1,9 +1,8 @@
-"""`perfsuite warm` (alias `python -m perfsuite.tools.warm`): fill Triton's compile cache, in parallel, with
-every launch the GPU check's stages make: each SCENARIO's Triton sweep cases, edge-case matrix and draft
-cases; with `--tune` / `--candidates SCENARIO` the plans `perfsuite tune` times; with `--check` the
-conformance battery's. Each source derives its launches from the inputs its stage builds and the variants'
-own plans; one launch per compile key is made for real, on one row of its geometry, in N workers, so
-Triton's cache keys are the run's (docs/triton.md). Under TRITON_INTERPRET=1 the launches run, uncompiled.
+"""`perfsuite warm`: fill Triton's compile cache, in parallel, with every launch the GPU check's stages make
+(each SCENARIO's Triton sweep cases, edge-case matrix and draft cases; `perfsuite tune`'s plans with `--tune`
+/ `--candidates`; the conformance battery's with `--check`), derived from the inputs each stage builds and the
+variants' own plans: one launch per compile key, on one row of its geometry, in N workers, so Triton's
+cache keys are the run's (docs/triton.md). Under TRITON_INTERPRET=1 the launches run, uncompiled.
 
 Exit status: 0 done or nothing to warm, 1 a launch failed, 2 bad input, 124 stopped at the budget with
 launches left, 130 interrupted (SIGINT or SIGTERM: Triton's cache keeps every kernel it finished writing).
@@ -13,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -49,10 +49,6 @@ class Warmup:
     dtype: torch.dtype  # the logits'
     launch: Launch
 
-    @property
-    def kernel(self) -> str:
-        return self.launch.kernel
-
     @cached_property
     def key(self) -> tuple:
         return self.launch.compile_key(self.dtype)
@@ -66,7 +62,7 @@ class Warmup:
 Shape = tuple[int, int, int]  # (batch, vocab, k)
 
 
-def _plan_units(
+def _units(
     source: str, dtype: torch.dtype, shape: Shape, layout: plans.RowLayout, plan: plans.Plan
 ) -> list[Warmup]:
     from perfsuite.kernels.topk_softmax import plan_launches
@@ -75,17 +71,17 @@ def _plan_units(
 
 
 def _variant_units(
-    name: str, dtype: torch.dtype, shape: Shape, layout: plans.RowLayout, hw: plans.Hardware, source: str
+    source: str, name: str, hw: plans.Hardware, dtype: torch.dtype, shape: Shape, layout: plans.RowLayout
 ) -> list[Warmup]:
     """What the Triton variant `name` launches on logits of this shape and layout."""
     if shape[0] <= 0:
         return []
-    return _plan_units(source, dtype, shape, layout, tuning.variant_plan(name)(*shape, dtype, hw))
+    return _units(source, dtype, shape, layout, tuning.variant_plan(name)(*shape, dtype, hw))
 
 
-def _logits_units(name: str, logits: torch.Tensor, k: int, hw: plans.Hardware, source: str) -> list[Warmup]:
+def _logits_units(source: str, name: str, hw: plans.Hardware, logits: torch.Tensor, k: int) -> list[Warmup]:
     """What the Triton variant `name` launches on these very logits (their layout decides the key)."""
-    return _variant_units(name, logits.dtype, (*logits.shape, k), plans.RowLayout.of(logits), hw, source)
+    return _variant_units(source, name, hw, logits.dtype, (*logits.shape, k), plans.RowLayout.of(logits))
 
 
 def sweep_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
@@ -94,7 +90,7 @@ def sweep_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
     for c in (c for c in cases if tuning.variant_plan(c.variant)):
         dtype, source = dtype_of(c.dtype), f"{c.variant} V{c.vocab} B{c.batch} k{c.topk}"
         layout = plans.RowLayout.contiguous(c.vocab, dtype.itemsize, c.inputs.row_pad)
-        found += _variant_units(c.variant, dtype, (c.batch, c.vocab, c.topk), layout, hw, source)
+        found += _variant_units(source, c.variant, hw, dtype, (c.batch, c.vocab, c.topk), layout)
     return found
 
 
@@ -108,7 +104,7 @@ def candidate_units(cases: Iterable[Case], hw: plans.Hardware) -> list[Warmup]:
         layout = plans.RowLayout.contiguous(case.vocab, dtype.itemsize, case.inputs.row_pad)
         for tunables in tuning.candidates(*shape, hw, dtype.itemsize, selection):
             plan = tunables.plan_for(*shape, hw, dtype.itemsize)
-            found += _plan_units(f"{source}, {tunables.describe()}", dtype, shape, layout, plan)
+            found += _units(f"{source}, {tunables.describe()}", dtype, shape, layout, plan)
     return found
 
 
@@ -123,7 +119,7 @@ def edge_matrix_units(scenario: Scenario, hw: plans.Hardware) -> list[Warmup]:
         logits = edge_cases.edge_logits(dtype, "cpu")
         for k in edge_cases.EDGE_TOPK:
             for name in names:
-                found += _logits_units(name, logits, k, hw, f"{name} edge-case matrix k{k}")
+                found += _logits_units(f"{name} edge-case matrix k{k}", name, hw, logits, k)
     return found
 
 
@@ -134,12 +130,12 @@ def draft_units(scenario: Scenario, hw: plans.Hardware) -> list[Warmup]:
 
     found: list[Warmup] = []
     for case in (c for c in expand_draft(scenario) if tuning.variant_plan(c.variant)):
-        head, loop = case.head, case.loop
-        dtype = torch.float32 if loop.upcast else head.torch_dtype
-        for rows in (case.batch, case.batch * loop.topk):
-            source = f"{case.variant} draft V{head.vocab} rows {rows} k{loop.topk}"
-            layout = plans.RowLayout.contiguous(head.vocab, dtype.itemsize)
-            found += _variant_units(case.variant, dtype, (rows, head.vocab, loop.topk), layout, hw, source)
+        head, topk = case.head, case.loop.topk
+        dtype = torch.float32 if case.loop.upcast else head.torch_dtype
+        layout = plans.RowLayout.contiguous(head.vocab, dtype.itemsize)
+        for rows in (case.batch, case.batch * topk):
+            source = f"{case.variant} draft V{head.vocab} rows {rows} k{topk}"
+            found += _variant_units(source, case.variant, hw, dtype, (rows, head.vocab, topk), layout)
     return found
 
 
@@ -160,19 +156,18 @@ def battery_units(
         if case.graph and device.type != "cuda":
             continue  # the battery skips it (graph capture needs a GPU)
         for dtype in wanted:
-            users = [n for n in names if dtype in variants.get(n).dtypes]
-            try:
-                logits = case.build(dtype, torch.device("cpu")) if users else None
-            except catalogue.Skip:
+            if not (users := [n for n in names if dtype in variants.get(n).dtypes]):
                 continue
-            if logits is None:
+            try:
+                logits = case.build(dtype, torch.device("cpu"))
+            except catalogue.Skip:
                 continue
             others = consistency.other_batches(logits) if case.batch_check else []
             batches = [logits, *(rows for _, rows, _ in others)]
             for k in case.topks():
                 for name in (n for n in users if not variants.get(n).unclaimed_k(k)):
                     for rows in batches:
-                        found += _logits_units(name, rows, k, hw, f"{name} check {case.name} k{k}")
+                        found += _logits_units(f"{name} check {case.name} k{k}", name, hw, rows, k)
             del logits, batches  # the int64 addressing case's buffer spans gigabytes of address space
     return found
 
@@ -182,11 +177,8 @@ def distinct(*sources: list[Warmup]) -> list[Warmup]:
     before its merges (a budget that runs out leaves the later sources' kernels to compile when used)."""
     kept: dict[tuple, Warmup] = {}
     for source in sources:
-        new = {}
-        for unit in source:
-            if unit.key not in kept:
-                new.setdefault(unit.key, unit)
-        kept |= dict(sorted(new.items(), key=lambda item: item[1].kernel.endswith("merge")))
+        for unit in sorted(source, key=lambda u: u.launch.kernel.endswith("merge")):
+            kept.setdefault(unit.key, unit)
     return list(kept.values())
 
 
@@ -213,15 +205,14 @@ def make_launch(unit: Warmup, device: torch.device) -> None:
             return torch.zeros(scalars["shift"] + scalars["V"], dtype=unit.dtype, device=device)
         return torch.ones(size, dtype=types[kind], device=device)
 
-    pointers = [POINTER_TYPES[name] for name in KERNELS[launch.kernel].arg_names if name in POINTER_TYPES]
-    launch(*(tensor(kind) for kind in pointers))
+    launch(*(tensor(POINTER_TYPES[n]) for n in KERNELS[launch.kernel].arg_names if n in POINTER_TYPES))
 
 
 _DEVICE: torch.device | None = None  # a worker's device
 Finished = tuple[Warmup, float, str]  # a unit, its launch's seconds (compile included), its error ("" ran)
+# How often the parent wakes while it waits for a worker: a signal delivered to one of the pool's threads
+# only interrupts the main thread when it wakes.
 POLL_S = 0.25
-"""How often the parent wakes while it waits for a worker: a signal delivered to one of the pool's threads
-only interrupts the main thread when it wakes."""
 
 
 def _start_worker(device: str) -> None:
@@ -245,25 +236,22 @@ def _warm(unit: Warmup) -> Finished:
     return unit, time.perf_counter() - start, ""
 
 
-def _next(results: multiprocessing.pool.IMapIterator, deadline: float | None) -> Finished:
+def _next(results: multiprocessing.pool.IMapIterator, deadline: float) -> Finished:
     """The next finished unit; `multiprocessing.TimeoutError` once `deadline` has passed."""
-    while True:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise multiprocessing.TimeoutError
+    while time.monotonic() < deadline:
         try:
-            return results.next(timeout=POLL_S if left is None else min(left, POLL_S))
+            return results.next(timeout=min(deadline - time.monotonic(), POLL_S))
         except multiprocessing.TimeoutError:
             continue
+    raise multiprocessing.TimeoutError
 
 
 def _run_pool(
-    units: list[Warmup], device: torch.device, jobs: int, deadline: float | None, started: str,
-    on_done: Callable[[Finished], None],
-) -> tuple[list[Finished], str]:  # fmt: skip
+    units: list[Warmup], device: torch.device, jobs: int, deadline: float, started: str, keys: Path | None
+) -> tuple[list[Finished], str]:
     """Warm `units` in `jobs` spawned workers (then print `started`) until done, the deadline
-    (`time.monotonic()`) or an interruption, calling `on_done` with each finished unit: what finished,
-    and how it stopped ("" done, "budget", "interrupted")."""
+    (`time.monotonic()`) or an interruption, each finished unit kept in `keys`: what finished, and how it
+    stopped ("" done, "budget", "interrupted")."""
     done: list[Finished] = []
     pool, stopped = None, "interrupted"
     try:
@@ -277,7 +265,7 @@ def _run_pool(
         for _ in units:
             done.append(_next(results, deadline))
             unit, seconds, error = done[-1]
-            on_done(done[-1])
+            _keep_key(keys, done[-1])
             print(f"{seconds:7.1f} s  {unit.describe()}" + (f"  FAILED {error}" if error else ""), flush=True)
         stopped = ""
     except multiprocessing.TimeoutError:
@@ -309,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace, device: torch.device) -> tuple[list[Warmup], int]:
     """The distinct units of everything asked for (candidates, scenarios, battery, in that order), those
-    listed in `--keys` left out; and the launches they cover."""
+    listed in the `--keys` file left out; and the launches they cover."""
     from perfsuite.correctness.conformance.battery import battery_dtype
 
     hw = plans.hardware(device)
@@ -320,28 +308,18 @@ def _plan(args: argparse.Namespace, device: torch.device) -> tuple[list[Warmup],
         options = {"cases": args.case or None, "quick": args.quick}
         dtypes = [battery_dtype(name) for name in args.dtype] or None
         sources.append(battery_units(args.check, hw, device, dtypes=dtypes, **options))
-    warmed = _warmed_keys(args.keys)
+    lines = args.keys.read_text(encoding="utf-8").splitlines() if args.keys and args.keys.exists() else []
+    warmed = {json.loads(line) for line in lines if line.strip()}
     units = [u for u in distinct(*sources) if launch_log.key_text(u.key) not in warmed]
     return units, sum(len(s) for s in sources)
 
 
-def _warmed_keys(path: Path | None) -> set[str]:
-    """The keys a `--keys` file lists (none for a missing file)."""
-    if path is None or not path.exists():
-        return set()
-    return {json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
-
-
-def _keep_key(path: Path | None) -> Callable[[Finished], None]:
+def _keep_key(path: Path | None, finished: Finished) -> None:
     """`--keys`: each unit warmed without an error is added to the file at once (a stop keeps them)."""
-
-    def keep(finished: Finished) -> None:
-        unit, _, error = finished
-        if path is not None and not error:
-            with path.open("a", encoding="utf-8") as keys:
-                keys.write(json.dumps(launch_log.key_text(unit.key)) + "\n")
-
-    return keep
+    unit, _, error = finished
+    if path is not None and not error:
+        with path.open("a", encoding="utf-8") as keys:
+            keys.write(json.dumps(launch_log.key_text(unit.key)) + "\n")
 
 
 def _warm_all(args: argparse.Namespace, start: float) -> int:
@@ -361,7 +339,7 @@ def _warm_all(args: argparse.Namespace, start: float) -> int:
         print(f"warm: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}", file=sys.stderr)
         return EXIT_USAGE
     jobs = max(1, min(args.jobs, len(units)))
-    kinds = ", ".join(f"{kernel} {n}" for kernel, n in Counter(u.kernel for u in units).items())
+    kinds = ", ".join(f"{kernel} {n}" for kernel, n in Counter(u.launch.kernel for u in units).items())
     mode = "compiling into Triton's cache"
     mode = "Triton interpreter: the launches run, nothing is compiled or cached" if interpreted else mode
     what = " ".join([*args.candidates, *args.scenario, *(f"check:{name}" for name in args.check)])
@@ -372,9 +350,9 @@ def _warm_all(args: argparse.Namespace, start: float) -> int:
     if not units:
         print(counted)
         return EXIT_OK
-    deadline = start + args.budget if args.budget else None
+    deadline = start + args.budget if args.budget else math.inf
     started = f"{counted}, {jobs} workers started"
-    done, stopped = _run_pool(units, device, jobs, deadline, started, _keep_key(args.keys))
+    done, stopped = _run_pool(units, device, jobs, deadline, started, args.keys)
     failed = [unit for unit, _, error in done if error]
     busy = sum(seconds for _, seconds, _ in done)
     status = {"": "done", "budget": f"stopped at the {args.budget} s budget", "interrupted": "interrupted"}

@@ -31,4 +31,5 @@ VARIANT = Variant(
     summary="argmax / topk over logits with topk_p = 1.0: the reverted shortcut (inexact probabilities)",
     nan="largest",  # NaN above every number, as torch.argmax / torch.topk
     lowest_index_ties=False,
+    role="shortcut",
 )

@@ -20,6 +20,9 @@ inexact: the indices follow the logits order but `topk_p` is not a probability (
 NanPolicy = Literal["unspecified", "largest", "smallest"]
 """Where a selector ranks NaN logits: "largest" above every number, +inf included (torch.argmax,
 torch.topk); "smallest" below every number, -inf included (SGLang's kernels); "unspecified": no claim."""
+Role = Literal["baseline", "shortcut", "torch exact"]
+"""What the reports single a selector out as: the baseline every speedup is over, the inexact shortcut whose
+trade they show, the exact selector in torch ops that a kernel must beat."""
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # every built-in variant accepts them
 FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
 """The 8-bit float dtypes this torch has: logits an external selector may declare."""
@@ -88,6 +91,9 @@ class Variant:
     dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES  # others are refused ("not claimed" in the battery)
     max_k: int | None = None  # the largest topk it supports (an argmax kernel: 1); None: any
     nan: NanPolicy = "unspecified"  # the battery judges the indices of NaN rows by it
+    role: Role | None = None
+    held_against: str | None = None  # an exact kernel's argmax kernel: what its cost of exactness is over
+    engine_order_of: str | None = None  # the lowest-index selector this one is in torch's tie order
 
     @property
     def exact(self) -> bool:

@@ -67,4 +67,5 @@ VARIANT = Variant(
     traffic=traffic,
     summary="max/topk of logits, ties to the lowest index, then exp(v - max) / sum(exp(x - max)) in fp32",
     nan="largest",  # NaN above every number, as torch.argmax / torch.topk
+    role="torch exact",
 )

@@ -37,4 +37,5 @@ VARIANT = Variant(
     summary="identity in torch's top-k order (ties as torch.topk gives them, no repair pass), torch ops",
     nan="largest",  # NaN above every number, as torch.argmax / torch.topk
     lowest_index_ties=False,
+    engine_order_of="identity",
 )

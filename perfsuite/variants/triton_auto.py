@@ -54,4 +54,5 @@ VARIANT = Variant(
     available=availability,
     untimed=untimed,
     launch=launch,
+    held_against="triton_argmax",
 )

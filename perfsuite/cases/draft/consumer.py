@@ -1,11 +1,6 @@
-"""Parity at the consumer: how two runs of the draft cycle differ in what the verifier reads.
-
-A run is a list of `DraftTree`s, one per input cycle; a "tree" is one sequence's tree in one cycle. Figures:
-the share of trees whose draft tokens, parents or chosen positions differ, the largest score differences,
-and (`split`) the differing trees sorted by where they first part: a tie, when the first level whose tokens
-differ picked the same logit values under every parent (up to there both runs computed the same logits),
-or other values (softmax rounding in bf16/fp16, fp32 ulps, inexact scores such as argmax_ones' 1.0).
-"""
+"""Parity at the consumer: how two runs of the draft cycle (lists of `DraftTree`s, one per input cycle; a
+"tree" is one sequence's in one cycle) differ in what the verifier reads, and (`split`) whether differing
+trees first part at a tie (the same logit values, in another order) or at other values (precision)."""
 
 from __future__ import annotations
 
@@ -30,7 +25,7 @@ def _share(count: int, trees: int) -> float:
     return count / trees if trees else float("nan")
 
 
-def _share_differs(runs: Sequence[DraftTree], against: Sequence[DraftTree], pick: Pick) -> float:
+def share_differs(runs: Sequence[DraftTree], against: Sequence[DraftTree], pick: Pick) -> float:
     """Share of trees whose `pick` differs."""
     differs = sum(int(_differs(pick(a), pick(b)).sum()) for a, b in zip(runs, against, strict=True))
     return _share(differs, sum(pick(a).shape[0] for a in runs))
@@ -39,14 +34,14 @@ def _share_differs(runs: Sequence[DraftTree], against: Sequence[DraftTree], pick
 def compare(runs: Sequence[DraftTree], against: Sequence[DraftTree], suffix: str) -> dict[str, float]:
     """Consumer figures of `runs` against `against`, with column names ending in `_{suffix}`."""
     out = {
-        f"{n}_diff_{suffix}": _share_differs(runs, against, attrgetter(f)) for n, f in VERIFIER_READS.items()
+        f"{n}_diff_{suffix}": share_differs(runs, against, attrgetter(f)) for n, f in VERIFIER_READS.items()
     }
     abs_err = rel_err = 0.0  # a cycle whose largest difference is NaN adds nothing (max keeps the first)
-    for x, y in zip([t.scores for t in runs], [t.scores for t in against], strict=True):
-        if x.numel():
-            diff = (x.double() - y.double()).abs()
+    for a, b in zip(runs, against, strict=True):
+        if a.scores.numel():
+            diff = (a.scores.double() - b.scores.double()).abs()
             abs_err = max(abs_err, float(diff.max()))
-            rel_err = max(rel_err, float((diff / y.double().abs().clamp_min(TINY)).max()))
+            rel_err = max(rel_err, float((diff / b.scores.double().abs().clamp_min(TINY)).max()))
     return {**out, f"score_abserr_{suffix}": abs_err, f"score_relerr_{suffix}": rel_err}
 
 
@@ -57,22 +52,16 @@ def identical(runs: Sequence[DraftTree], against: Sequence[DraftTree]) -> bool:
     )
 
 
-def first_step_differs(runs: Sequence[DraftTree], against: Sequence[DraftTree], topk: int) -> float:
-    """Share of trees whose step-0 tokens (the draft-extend selection) already differ."""
-    return _share_differs(runs, against, lambda tree: tree.all_tokens[:, :topk])
-
-
 def orphan_share(runs: Sequence[DraftTree], topk: int) -> float:
-    """Share of trees with a drafted token whose parent position was not drafted (a broken tree: the
-    verifier's tree mask has no path to it). Scores that shrink along a path never do this; ties can."""
+    """Share of trees with a drafted token whose parent position was not drafted (the verifier's tree mask
+    has no path to it). Scores that shrink along a path never do this; ties can."""
     orphans = trees = 0
     for tree in runs:
         trees += tree.positions.shape[0]
-        if tree.parents.shape[1] == 0:
-            continue
-        parent = tree.parents.gather(1, tree.positions // topk)
-        drafted = (parent.unsqueeze(2) == tree.positions.unsqueeze(1)).any(dim=2)
-        orphans += int(((parent >= 0) & ~drafted).any(dim=1).sum())
+        if tree.parents.shape[1]:
+            parent = tree.parents.gather(1, tree.positions // topk)
+            drafted = (parent.unsqueeze(2) == tree.positions.unsqueeze(1)).any(dim=2)
+            orphans += int(((parent >= 0) & ~drafted).any(dim=1).sum())
     return _share(orphans, trees)
 
 
@@ -100,8 +89,8 @@ def _ties_first(a: Traced, b: Traced, config: LoopConfig) -> torch.Tensor:
 def split(
     runs: Sequence[Traced], against: Sequence[Traced], config: LoopConfig, suffix: str
 ) -> dict[str, float]:
-    """`tie_diff_{suffix}` and `precision_diff_{suffix}`: shares of trees that differ from `against`
-    (tokens, parents or positions) by a tie first, or by other values first (see the module's text)."""
+    """`tie_diff_{suffix}` and `precision_diff_{suffix}`: shares of trees whose tokens, parents or positions
+    differ from `against`'s by a tie first, or by other values first."""
     ties = values = trees = 0
     for a, b in zip(runs, against, strict=True):
         differs = torch.stack(

@@ -1,13 +1,6 @@
 """Draft cases to rows (kind draft in `results.columns`): time per cycle, the selection's share, consumer
 parity and kernels per cycle. Every path of a configuration and its parity references (full_softmax's
-and the float64 selection's eager trees) run on the same inputs and accept lengths (in the row).
-
-Time: as an engine pays it (`cycle_*`: the host clock on a CPU; on a GPU device events around a call that
-starts on an idle device, launches paid) and the device time (`device_*`, GPU only: queued launches, or
-replays of `timing_unroll` captured cycles). Kernels (torch.profiler): a GPU's device activities and the
-host launch calls that issued them (a captured cycle: one); a CPU's top-level aten ops; a simulated GPU's
-own count.
-"""
+and the float64 selection's eager trees) run on the same inputs and accept lengths (docs/draft-loop.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +8,6 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -23,37 +15,25 @@ from torch.profiler import ProfilerActivity, profile
 from perfsuite import kernels, simulated_gpu, variants
 from perfsuite.cases.draft import consumer
 from perfsuite.cases.draft.draft_table import DraftCase, upcast_name
-from perfsuite.cases.draft.graph import GraphCache
 from perfsuite.cases.draft.head import DraftHead, inputs_for
-from perfsuite.cases.draft.loop import (
-    DraftLoop,
-    DraftTree,
-    Traced,
-    accept_lengths,
-    constant_select,
-    extend_index,
-    reference_select,
-)
+from perfsuite.cases.draft.loop import DraftLoop, DraftTree, GraphCache, Traced, accept_lengths, extend_index
 from perfsuite.cases.protocol import run_case
 from perfsuite.core import dtypes
 from perfsuite.core.console import progress_bar
 from perfsuite.core.kinds import KindRun
-from perfsuite.core.settings import Timing
 from perfsuite.measure import execution, memory, timing
 from perfsuite.measure.device import GRAPH_UNROLL_CAP, DeviceInfo, synchronize
 from perfsuite.results.columns import of_kind
 from perfsuite.variants.base import Selector, dtype_names
+from perfsuite.variants.ordering import topk_lowest_index
 
 Row = dict[str, object]
 Call = Callable[[], object]
-NAN = float("nan")
-NOOP = "(no-op selection)"
-REFERENCE = "(float64 selection)"
+NOOP, REFERENCE = "(no-op selection)", "(float64 selection)"
 SELECTION_METHOD = (
     "cycle minus the same cycle with the selection replaced by a constant of its shape, sampled alternately"
 )
-SCORE_TOLERANCE = 0.05
-"""Relative score difference beyond what bf16 rounding of a few probabilities along a path explains."""
+SCORE_TOLERANCE = 0.05  # relative score difference beyond bf16 rounding of a few probabilities on a path
 FAST_PATH = "constants (SGLang's topk-1 fast path)"
 ORGANISATION = "organisation: top num_draft_tokens - 1 of the step scores"
 LAUNCH_CALL = re.compile(r"(LaunchKernel|GraphLaunch|LaunchCooperativeKernel|Memcpy\w*Async|Memset\w*Async)")
@@ -78,7 +58,7 @@ def unit(case: DraftCase) -> tuple:
 
 class DraftRunner:
     """Runs draft cases on one device (`protocol.run_case`), keeping what the cases of one configuration
-    (head, batch, tree: `DraftCase.config_key`) share: the head, its inputs, traced trees and graphs."""
+    (`DraftCase.config_key`) share: the head, its inputs, traced trees, selectors and graphs."""
 
     def __init__(self, info: DeviceInfo, env: Row):
         self.info, self.env, self.device = info, env, torch.device(info.device)
@@ -86,8 +66,7 @@ class DraftRunner:
         self.compiled: dict[tuple, Callable] = {}
         self.head: DraftHead | None = None
         self.key: tuple | None = None  # the configuration the inputs and caches below are made for
-        self.inputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
-        """Per cycle: accepted tokens, target hidden states, the extend's `select_index` (None: the last)."""
+        self.inputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []  # `extend`'s
         self.eager: dict[str, list[Traced]] = {}  # traced eager trees, by variant and REFERENCE
         self.selectors: dict[str, tuple[Selector, bool]] = {}  # `_selector`'s, by variant
 
@@ -103,7 +82,7 @@ class DraftRunner:
         unlike = f"not run by SGLang: an argmax shortcut (topk_p = 1.0) at topk {loop.topk} (topk 1 only)"
         lengths = accept_lengths(loop, case.batch, case.sweep.cycles, case.sweep.seed)
         columns = of_kind("draft")
-        row: Row = {**dict.fromkeys(columns, NAN), "status": "ok", "reason": ""}
+        row: Row = {**dict.fromkeys(columns, math.nan), "status": "ok", "reason": ""}
         row.update({k: v for k, v in self.env.items() if k in columns})
         row.update({k: getattr(case, k) for k in ("scenario", "case_id", "variant", "path", "batch")})
         row.update({k: getattr(head, k) for k in ("dtype", "vocab", "hidden", "layers", "logits")})
@@ -130,15 +109,11 @@ class DraftRunner:
             variant = variants.get(case.variant)
         except (KeyError, variants.ExternalSelectorError) as exc:
             return str(exc.args[0] if isinstance(exc, KeyError) else exc)
-        head, loop = case.head, case.loop
+        head, loop, device = case.head, case.loop, self.device
         if loop.topk > head.vocab:
             return f"topk {loop.topk} > vocab {head.vocab}"
-        reason = (
-            loop.problem()
-            or variant.unclaimed_k(loop.topk)
-            or variant.available(self.device)
-            or execution.unavailable(case.path, self.device)
-        )
+        reason = loop.problem() or variant.unclaimed_k(loop.topk) or variant.available(device)
+        reason = reason or execution.unavailable(case.path, device)
         if reason:
             return reason
         if case.selector_dtype not in variant.dtypes:  # an external selector declaring other dtypes
@@ -146,9 +121,12 @@ class DraftRunner:
                 f"the loop hands the selector {dtypes.dtype_name(case.selector_dtype)} logits (upcast = "
                 f"{upcast_name(loop)}); it declares {dtype_names(variant.dtypes)}"
             )
-        if self.device.type == "cpu" and case.variant.startswith("triton") and kernels.interpreting():
+        if device.type == "cpu" and case.variant.startswith("triton") and kernels.interpreting():
             return "Triton under TRITON_INTERPRET=1 is for correctness checks only: too slow for a draft loop"
-        return memory.fits(_bytes_needed(case), self.device)
+        # weights, the widest logits with their fp32 temporaries and float64 reference probabilities
+        size = head.torch_dtype.itemsize
+        weights = (2 * head.vocab * head.hidden + (2 + 4 * head.layers) * head.hidden**2) * size
+        return memory.fits(weights + case.batch * loop.topk * head.vocab * (size + 4 + 4 + 2 * 8), device)
 
     def measure(self, case: DraftCase) -> Row:
         self._configure(case)
@@ -158,63 +136,65 @@ class DraftRunner:
             trees = [t.tree for t in self._traced(case, case.variant)]
         else:
             trees = [run_tree(*each) for each in self.inputs]
-        out: Row = {"trees": len(trees) * case.batch, "outputs_copied": copied}
-        out.update(self._parity(case, trees))
+        out: Row = {"trees": len(trees) * case.batch, "outputs_copied": copied, **self._parity(case, trees)}
         out.update(self._timing(case, call, body))
         if case.sweep.kernels:
             counted = count_kernels(call, self.device)
             out.update(zip(("kernels_per_cycle", "launches_per_cycle", "kernels_unit"), counted, strict=True))
         if case.path == "graph":
-            out["graphs_cached"] = len(self._graph_cache(case).graphs)
+            out["graphs_cached"] = len(self.graphs.graphs)
         return out
 
     def _path_calls(
         self, case: DraftCase, loop: DraftLoop
     ) -> tuple[Callable[..., DraftTree], Call, Call | None]:
         """(one cycle on given inputs -> tree, the timed zero-argument cycle, the graph body or None)."""
-        first = self.inputs[0]
-        if case.path == "graph":
-            key = (case.head, case.loop, case.variant)
-            graph = self._graph_cache(case).get(loop, case.batch, key, case.case_id)
+        first, key = self.inputs[0], (case.config_key, case.variant)
+        if case.path == "graph":  # the cache holds the sweep's `max_graphs`: a case's and its no-op twin's
+            if self.graphs is None or self.graphs.max_graphs != case.sweep.max_graphs:
+                if self.graphs is not None:
+                    self.graphs.clear()
+                self.graphs = GraphCache(self.device, case.sweep.max_graphs)
+            graph = self.graphs.get(loop, case.batch, key, case.case_id)
             graph.load(*first)
             return graph, graph.replay, graph.body
         if case.path == "compile":
-            if (case.config_key, case.variant) not in self.compiled:
+            if key not in self.compiled:
                 execution.set_compile_limits()
-                self.compiled[case.config_key, case.variant] = torch.compile(loop.cycle_tuple, dynamic=False)
-            compiled = self.compiled[case.config_key, case.variant]
+                self.compiled[key] = torch.compile(loop.cycle_tuple, dynamic=False)
+            compiled = self.compiled[key]
             compiled(*first)  # compile outside any timing
             return lambda *each: DraftTree(*compiled(*each)), lambda: compiled(*first), None
         return loop.cycle, lambda: loop.cycle_tuple(*first), None
-
-    def _graph_cache(self, case: DraftCase) -> GraphCache:
-        """The graph cache, holding the sweep's `max_graphs` (at least a case's and its no-op twin's)."""
-        if self.graphs is None or self.graphs.max_graphs != case.sweep.max_graphs:
-            if self.graphs is not None:
-                self.graphs.clear()
-            self.graphs = GraphCache(self.device, case.sweep.max_graphs)
-        return self.graphs
 
     def _parity(self, case: DraftCase, trees: list[DraftTree]) -> Row:
         """Consumer figures of the case's trees against full_softmax's, the float64 selection's and (graph,
         compile) eager's; the tie / precision split from the eager runs (logit values traced)."""
         own, base = self._traced(case, case.variant), self._traced(case, variants.BASELINE)
         ref = self._traced(case, REFERENCE, reference_select)
-        base_trees = [t.tree for t in base]
+        base_trees, k = [t.tree for t in base], case.loop.topk
         out: Row = {
             **consumer.compare(trees, base_trees, "base"),
             **consumer.split(own, base, case.loop, "base"),
             **consumer.compare(trees, [t.tree for t in ref], "f64"),
             **consumer.split(own, ref, case.loop, "f64"),
-            "step0_diff_base": consumer.first_step_differs(trees, base_trees, case.loop.topk),
-            "orphan_trees": consumer.orphan_share(trees, case.loop.topk),
+            "step0_diff_base": consumer.share_differs(trees, base_trees, lambda t: t.all_tokens[:, :k]),
+            "orphan_trees": consumer.orphan_share(trees, k),
         }
         if case.path != "eager":
             eager = [t.tree for t in own]
             out.update(
                 consumer.compare(trees, eager, "eager"), bitexact_eager=consumer.identical(trees, eager)
             )
-        out["consumer_vs_base"] = _consumer_verdict(out["tok_diff_base"], out["score_relerr_base"])
+        tokens, scores = out["tok_diff_base"], out["score_relerr_base"]
+        if math.isnan(tokens):  # one word on the figures against full_softmax
+            out["consumer_vs_base"] = "n/a"
+        elif tokens > 0:
+            out["consumer_vs_base"] = "tokens differ"
+        elif scores > SCORE_TOLERANCE:
+            out["consumer_vs_base"] = "scores differ (same tokens)"
+        else:
+            out["consumer_vs_base"] = "scores within rounding" if scores > 0 else "identical"
         return out
 
     def _traced(self, case: DraftCase, name: str, select: Selector | None = None) -> list[Traced]:
@@ -225,48 +205,52 @@ class DraftRunner:
         return self.eager[name]
 
     def _selector(self, case: DraftCase, name: str) -> tuple[Selector, bool]:
-        """Variant `name`'s selection for the loop, and whether its outputs are copied: a selector handing
-        back the same buffers call after call (preallocated outputs) would overwrite the previous step's
-        outputs, which the tree still holds, so the loop copies them, as an engine must (copies timed)."""
+        """Variant `name`'s selection, and whether its outputs are copied: outputs reused call after call
+        would overwrite the previous step's, which the tree still holds; an engine copies them (timed)."""
         if name not in self.selectors:
             select = variants.get(name).select
             reused = _reuses_outputs(select, case, self.device)
 
-            def owned(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-                topk_p, topk_index = select(logits, k)
-                return topk_p.clone(), topk_index.clone()
+            def owned(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+                return tuple(t.clone() for t in select(logits, k))
 
             self.selectors[name] = (owned if reused else select, reused)
         return self.selectors[name]
 
     def _timing(self, case: DraftCase, call: Call, body: Call | None) -> Row:
-        noop = self._noop_call(case) if case.sweep.selection_share else None
-        samplers = [cycle_sampler(c, self.info, case.timing) for c in (call, noop) if c is not None]
-        samples, *paired = timing.measure_in_turn(samplers, case.timing)  # the no-op cycle in turn
+        """The cycle as an engine pays it (the host clock on a CPU; on a GPU device events around a call
+        that starts on an idle device), in turn with its no-op twin; the device time (GPU only)."""
+        calls = [call]
+        if case.sweep.selection_share:  # fetched per case: on the graph path the cache then holds both graphs
+            noop = DraftLoop(self.head, constant_select, case.loop)  # (the case's used last: never evicted)
+            calls.append(self._path_calls(dataclasses.replace(case, variant=NOOP), noop)[1])
+            calls[1]()
+        gpu, settings = self.info.is_gpu, case.timing
+        flush = timing.cache_flusher(self.info) if settings.l2 == "cold" else None
+        samplers = [
+            LaunchBoundSampler(c, flush, self.device) if gpu else timing.host_sampler(c, flush) for c in calls
+        ]
+        samples, *paired = timing.measure_in_turn(samplers, settings)
         out = {**_quantiles("cycle", samples), "samples": len(samples.seconds), "timing": samples.method}
         if paired:
             noop, selection = paired[0].median_us, samples.median_us - paired[0].median_us
             share = min(max(selection / samples.median_us, 0.0), 1.0)
             out.update(noop_median_us=noop, selection_us=selection, selection_share=share)
             out["selection_method"] = SELECTION_METHOD
-        sampler = device_sampler(call, body, self.info, case.timing, case.loop.num_steps)
-        if sampler is not None:
-            device = timing.measure(sampler, case.timing)
+        if gpu:  # queued launches, or replays of `timing_unroll` captured cycles
+            unroll = timing_unroll(settings.graph_unroll, self.info.backend, case.loop.num_steps)
+            if body is None:
+                sampler = timing.EventSampler(call, flush)
+            else:
+                sampler = timing.GraphSampler(body, flush, self.device, unroll)
+            device = timing.measure(sampler, settings)
             out.update(_quantiles("device", device), device_timing=device.method)
         return out
-
-    def _noop_call(self, case: DraftCase) -> Call:
-        """The case's cycle on its path with a no-op selection. Fetched per case: on the graph path the
-        cache then holds both graphs (the case's was used last, so the no-op's capture never evicts it)."""
-        loop = DraftLoop(self.head, constant_select, case.loop)
-        _, call, _ = self._path_calls(dataclasses.replace(case, variant=NOOP), loop)
-        call()
-        return call
 
     def _configure(self, case: DraftCase) -> None:
         """The case's head, inputs and caches: those of the last case when its configuration is the same."""
         if self.head is None or self.head.config != case.head:
-            self._release()
+            self.close()
             self.head = DraftHead(case.head, self.device)
         if self.key == case.config_key:
             return
@@ -280,25 +264,30 @@ class DraftRunner:
         self.inputs = [(t, h, i) for (t, h), i in zip(pairs, indices, strict=True)]
         self.key = case.config_key
 
-    def _release(self) -> None:
+    def close(self) -> None:
         """Drop the head and everything built on it (graphs, compiled cycles, inputs, cached trees)."""
-        self.head = self.key = None
-        self.inputs, self.eager, self.selectors = [], {}, {}
         if self.graphs is not None:
             self.graphs.clear()
         if self.compiled:
             self.compiled.clear()
             torch._dynamo.reset()
-
-    def close(self) -> None:
-        self._release()
-        self.graphs = None
+        self.head = self.key = self.graphs = None
+        self.inputs, self.eager, self.selectors = [], {}, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
 
-def _quantiles(prefix: str, samples: timing.Samples) -> dict[str, float]:
-    return {f"{prefix}_{q}_us": getattr(samples, f"{q}_us") for q in ("median", "p20", "p80")}
+def reference_select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 truth: softmax in float64, top-k with ties to the lowest index."""
+    values, index = topk_lowest_index(torch.softmax(logits.double(), dim=-1), k)
+    return values.float(), index
+
+
+def constant_select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A no-op selection of the same output shape (two fill kernels): the cycle without the selection."""
+    rows = logits.shape[0]
+    topk_p = torch.full((rows, k), 1.0 / k, dtype=torch.float32, device=logits.device)
+    return topk_p, torch.arange(k, device=logits.device).expand(rows, k)
 
 
 def _reuses_outputs(select: Selector, case: DraftCase, device: torch.device) -> bool:
@@ -310,27 +299,8 @@ def _reuses_outputs(select: Selector, case: DraftCase, device: torch.device) -> 
     return any(t.untyped_storage().data_ptr() in pointers for t in select(logits, k))
 
 
-def _consumer_verdict(tokens: float, scores: float) -> str:
-    """One word on the figures against full_softmax (the share of trees whose tokens differ, the largest
-    relative score difference): scores beyond `SCORE_TOLERANCE` count as changed beyond rounding."""
-    if math.isnan(tokens):
-        return "n/a"
-    if tokens > 0:
-        return "tokens differ"
-    if scores > SCORE_TOLERANCE:
-        return "scores differ (same tokens)"
-    return "scores within rounding" if scores > 0 else "identical"
-
-
-def _bytes_needed(case: DraftCase) -> int:
-    """Device memory a case plans to use: weights, the widest logits with their temporaries (fp32) and
-    float64 reference probabilities."""
-    head, size = case.head, case.head.torch_dtype.itemsize
-    weights = (2 * head.vocab * head.hidden + (2 + 4 * head.layers) * head.hidden**2) * size
-    return weights + case.batch * case.loop.topk * head.vocab * (size + 4 + 4 + 2 * 8)
-
-
-# ------------------------------------------------------------------------ how a cycle is timed and counted
+def _quantiles(prefix: str, samples: timing.Samples) -> dict[str, float]:
+    return {f"{prefix}_{q}_us": getattr(samples, f"{q}_us") for q in ("median", "p20", "p80")}
 
 
 class LaunchBoundSampler(timing.Sampler):
@@ -354,53 +324,22 @@ class LaunchBoundSampler(timing.Sampler):
         return self.start.elapsed_time(self.end) * 1e-3
 
 
-def _flusher(info: DeviceInfo, settings: Timing) -> Callable[[], None] | None:
-    return timing.cache_flusher(info) if settings.l2 == "cold" else None
-
-
-def cycle_sampler(call: Call, info: DeviceInfo, settings: Timing) -> timing.Sampler:
-    """The engine-view sampler of one cycle (`call`: an eager or compiled cycle, or a graph replay)."""
-    if not info.is_gpu:
-        return timing.host_sampler(call, _flusher(info, settings))
-    return LaunchBoundSampler(call, _flusher(info, settings), torch.device(info.device))
-
-
 def timing_unroll(requested: int, backend: str, num_steps: int) -> int:
     """Cycles captured per timing graph: `requested`, capped so that cycles x steps stays within the
     backend's `GRAPH_UNROLL_CAP` (long unrolled graphs have crashed on ROCm); at least one."""
-    return max(1, min(requested, GRAPH_UNROLL_CAP.get(backend, 1) // max(num_steps, 1)))
+    return max(1, min(requested, GRAPH_UNROLL_CAP.get(backend, 1) // num_steps))
 
 
-def device_sampler(
-    call: Call, body: Call | None, info: DeviceInfo, settings: Timing, num_steps: int
-) -> timing.Sampler | None:
-    """The device-time sampler (GPU only): events with queued launches, or, given the graph path's
-    `body`, replays of `timing_unroll` captured copies of it."""
-    if not info.is_gpu:
-        return None
-    if body is None:
-        return timing.EventSampler(call, _flusher(info, settings))
-    unroll = timing_unroll(settings.graph_unroll, info.backend, num_steps)
-    return timing.GraphSampler(body, _flusher(info, settings), torch.device(info.device), unroll)
-
-
-class KernelCount(NamedTuple):
-    """Per-cycle counts and what was counted."""
-
-    kernels: float
-    launches: float
-    unit: str
-
-
-def count_kernels(call: Call, device: torch.device, cycles: int = 2) -> KernelCount:
-    """Profile `cycles` calls of an already warmed-up `call` and return the counts per call."""
+def count_kernels(call: Call, device: torch.device, cycles: int = 2) -> tuple[float, float, str]:
+    """Per call of an already warmed-up `call`, over `cycles` calls: (kernels, host launches, the unit): a
+    GPU's device activities and the launch calls that issued them, a CPU's top-level aten ops."""
     gpu = device.type == "cuda"
     if gpu and simulated_gpu.active():  # ops that compute and Triton launches; a graph replay is one launch
         before = simulated_gpu.kernel_counts()
         for _ in range(cycles):
             call()
         kernels, launches = (b - a for a, b in zip(before, simulated_gpu.kernel_counts(), strict=True))
-        return KernelCount(kernels / cycles, launches / cycles, f"{GPU_UNIT} {simulated_gpu.LABEL}")
+        return kernels / cycles, launches / cycles, f"{GPU_UNIT} {simulated_gpu.LABEL}"
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if gpu else [ProfilerActivity.CPU]
     synchronize(device)
     with memory.native_stderr_silenced(), profile(activities=activities) as prof:
@@ -410,10 +349,10 @@ def count_kernels(call: Call, device: torch.device, cycles: int = 2) -> KernelCo
     if not gpu:
         aten = [e for e in prof.events() if e.name.startswith("aten::")]
         top_level = sum(e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::") for e in aten)
-        return KernelCount(top_level / cycles, float("nan"), CPU_UNIT)
+        return top_level / cycles, math.nan, CPU_UNIT
     device_types = (torch.autograd.DeviceType.CUDA, getattr(torch.autograd.DeviceType, "HIP", None))
     events = list(prof.profiler.kineto_results.events())
     kernels = sum(e.device_type() in device_types for e in events)
     host = torch.autograd.DeviceType.CPU
     launches = sum(e.device_type() == host and bool(LAUNCH_CALL.search(e.name())) for e in events)
-    return KernelCount(kernels / cycles, launches / cycles, GPU_UNIT)
+    return kernels / cycles, launches / cycles, GPU_UNIT

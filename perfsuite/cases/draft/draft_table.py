@@ -1,12 +1,10 @@
-"""The `[draft]` table of a scenario file (or `[[draft]]` tables): validation and expansion into cases.
-
-Its keys: docs/draft-loop.md. A problem is one `ScenarioError` naming the file, the key and what is allowed.
-"""
+"""The `[draft]` table of a scenario file (or `[[draft]]` tables), its keys (docs/draft-loop.md) checked
+and expanded into cases; a problem is one `ScenarioError` naming the file, the key and what is allowed."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -19,32 +17,57 @@ from perfsuite.core.settings import Timing
 from perfsuite.measure.execution import PATHS
 from perfsuite.scenario import validate
 
+UPCASTS = {"fp32": True, "none": False}  # the selector gets fp32 logits (SGLang's) or the head's dtype
+
+
+def _accept_rules(source: str, key: str, value: Any) -> tuple[str, ...]:
+    """One accept rule or a non-empty list of them, in canonical spelling."""
+    items = validate.as_list(value)
+    if not items or not all(isinstance(v, str) for v in items):
+        raise validate.fail(source, key, f"expected one or a non-empty list of accept rules, got {value!r}")
+    try:
+        return tuple(dict.fromkeys(accept_name(v) for v in items))
+    except ValueError as exc:
+        raise validate.fail(source, key, str(exc)) from None
+
+
+def _key(default: Any, check: validate.Check) -> Any:
+    """A `[draft]` key: its default and its check."""
+    return field(default=default, metadata={"check": check})
+
+
+_BOOL = validate.scalar("true or false", lambda v: isinstance(v, bool))
+_DTYPES = validate.names(lambda: list(dtypes.DTYPES), "dtype", dtypes.DTYPE_ALIASES)
+_LOGITS = validate.names(lambda: list(HEAD_LOGITS), "logits behaviour")
+_VARIANTS = validate.selectors(variants.names)
+
 
 @dataclass(frozen=True)
 class DraftSweep:
-    """One cross product of draft cases, and the settings that apply to all of them."""
+    """One cross product of draft cases (the tuple keys) and the settings that apply to all of them."""
 
-    variants: tuple[str, ...] = ("full_softmax", "argmax_ones", "identity")
-    paths: tuple[str, ...] = ("eager",)
-    dtypes: tuple[str, ...] = ("bfloat16", "float32")
-    vocab: tuple[int, ...] = (32000,)
-    hidden: tuple[int, ...] = (256,)
-    batch: tuple[int, ...] = (1, 8)
-    topk: tuple[int, ...] = (1, 4)
-    num_steps: tuple[int, ...] = (3,)
-    num_draft_tokens: tuple[int | str, ...] = ("auto",)
-    logits: tuple[str, ...] = ("head", "near_ties")
-    upcast: tuple[str, ...] = ("fp32",)
-    accept: tuple[str, ...] = (DEFAULT_ACCEPT,)
-    layers: int = 1
-    cycles: int = 8
-    seed: int = 0
-    max_graphs: int = 8
-    kernels: bool = True
-    selection_share: bool = True
+    dtypes: tuple[str, ...] = _key(("bfloat16", "float32"), _DTYPES)
+    vocab: tuple[int, ...] = _key((32000,), validate.ints(2))
+    hidden: tuple[int, ...] = _key((256,), validate.ints(8))
+    logits: tuple[str, ...] = _key(("head", "near_ties"), _LOGITS)
+    batch: tuple[int, ...] = _key((1, 8), validate.ints(1))
+    topk: tuple[int, ...] = _key((1, 4), validate.ints(1, 64))
+    num_steps: tuple[int, ...] = _key((3,), validate.ints(1, 16))
+    num_draft_tokens: tuple[int | str, ...] = _key(("auto",), validate.ints(2, auto=True))
+    upcast: tuple[str, ...] = _key(("fp32",), validate.names(lambda: list(UPCASTS), "upcast"))
+    accept: tuple[str, ...] = _key((DEFAULT_ACCEPT,), _accept_rules)
+    variants: tuple[str, ...] = _key(("full_softmax", "argmax_ones", "identity"), _VARIANTS)
+    paths: tuple[str, ...] = _key(("eager",), validate.names(lambda: list(PATHS), "path"))
+    layers: int = _key(1, validate.integer(1, 4))
+    cycles: int = _key(8, validate.integer(1, 1000))
+    seed: int = _key(0, validate.integer(0))
+    max_graphs: int = _key(8, validate.integer(2, 256))
+    kernels: bool = _key(True, _BOOL)
+    selection_share: bool = _key(True, _BOOL)
 
 
-UPCASTS = {"fp32": True, "none": False}  # the selector gets fp32 logits (SGLang's) or the head's dtype
+CHECKS: dict[str, validate.Check] = {f.name: f.metadata["check"] for f in fields(DraftSweep)}
+GRID = tuple(f.name for f in fields(DraftSweep) if isinstance(f.default, tuple))  # crossed, in this order
 
 
 def upcast_name(loop: LoopConfig) -> str:
@@ -84,72 +107,25 @@ class DraftCase:
         return torch.float32 if self.loop.upcast else self.head.torch_dtype
 
 
-def _accept_rules(source: str, key: str, value: Any) -> tuple[str, ...]:
-    """One accept rule or a non-empty list of them, in canonical spelling."""
-    items = validate.as_list(value)
-    if not items or not all(isinstance(v, str) for v in items):
-        raise validate.fail(source, key, f"expected one or a non-empty list of accept rules, got {value!r}")
-    try:
-        return tuple(dict.fromkeys(accept_name(v) for v in items))
-    except ValueError as exc:
-        raise validate.fail(source, key, str(exc)) from None
-
-
-_BOOL = validate.scalar("true or false", lambda v: isinstance(v, bool))
-CHECKS: dict[str, validate.Check] = {
-    "variants": validate.selectors(variants.names),
-    "paths": validate.names(lambda: list(PATHS), "path"),
-    "dtypes": validate.names(lambda: list(dtypes.DTYPES), "dtype", dtypes.DTYPE_ALIASES),
-    "vocab": validate.ints(2),
-    "hidden": validate.ints(8),
-    "batch": validate.ints(1),
-    "topk": validate.ints(1, 64),
-    "num_steps": validate.ints(1, 16),
-    "num_draft_tokens": validate.ints(2, auto=True),
-    "logits": validate.names(lambda: list(HEAD_LOGITS), "logits behaviour"),
-    "upcast": validate.names(lambda: list(UPCASTS), "upcast"),
-    "accept": _accept_rules,
-    "layers": validate.scalar("an integer from 1 to 4", lambda v: validate.is_int(v) and 1 <= v <= 4),
-    "cycles": validate.scalar("an integer from 1 to 1000", lambda v: validate.is_int(v) and 1 <= v <= 1000),
-    "seed": validate.scalar("an integer >= 0", lambda v: validate.is_int(v) and v >= 0),
-    "max_graphs": validate.scalar("an integer from 2 to 256", lambda v: validate.is_int(v) and 2 <= v <= 256),
-    "kernels": _BOOL,
-    "selection_share": _BOOL,
-}
-GRID = (
-    "dtypes",
-    "vocab",
-    "hidden",
-    "logits",
-    "batch",
-    "topk",
-    "num_steps",
-    "num_draft_tokens",
-    "upcast",
-    "accept",
-)
-"""The sweep keys crossed, then `variants` and `paths`, in the order cases are made."""
-
-
-def _sweep(source: str, where: str, raw: Any) -> DraftSweep:
-    if not isinstance(raw, dict):
-        raise validate.fail(source, where, f"expected a table, got {raw!r}")
-    validate.unknown_keys(source, where, raw, CHECKS)
-    return DraftSweep(**{key: CHECKS[key](source, f"{where}.{key}", value) for key, value in raw.items()})
-
-
 def parse_draft(raw: Any, source: str) -> tuple[DraftSweep, ...]:
-    """Validate a raw `[draft]` table or `[[draft]]` array of tables; `ScenarioError` on any problem."""
-    if not isinstance(raw, list):
-        return (_sweep(source, "[draft]", raw),)
-    if not raw:
+    """Check a raw `[draft]` table or `[[draft]]` array of tables; `ScenarioError` on any problem."""
+    if isinstance(raw, list) and not raw:
         raise validate.fail(source, "[[draft]]", "expected at least one table")
-    return tuple(_sweep(source, f"[draft#{i + 1}]", table) for i, table in enumerate(raw))
+    tables = {f"[draft#{i + 1}]": t for i, t in enumerate(raw)} if isinstance(raw, list) else {"[draft]": raw}
+    sweeps = []
+    for where, table in tables.items():
+        if not isinstance(table, dict):
+            raise validate.fail(source, where, f"expected a table, got {table!r}")
+        validate.unknown_keys(source, where, table, CHECKS)
+        sweeps.append(
+            DraftSweep(**{key: CHECKS[key](source, f"{where}.{key}", v) for key, v in table.items()})
+        )
+    return tuple(sweeps)
 
 
 def draft_sweeps(scenario: Any) -> tuple[DraftSweep, ...]:
-    """The draft sweeps of a scenario (`scenario.load.Scenario`: its loader reads the kinds' tables, so this
-    module names no type of it); none without a `[draft]` table."""
+    """The draft sweeps of a scenario (`scenario.load.Scenario`, whose loader reads the kinds' tables, so
+    this module names no type of it); none without a `[draft]` table."""
     raw = scenario.extra.get("draft")
     return () if raw is None else parse_draft(raw, scenario.source)
 
@@ -158,11 +134,10 @@ def expand_draft(scenario: Any) -> list[DraftCase]:
     """All draft cases, ordered so that cases sharing a head and inputs run back to back."""
     cases: dict[str, DraftCase] = {}
     for sweep in draft_sweeps(scenario):
-        grid = itertools.product(*(getattr(sweep, key) for key in (*GRID, "variants", "paths")))
-        for dtype, vocab, hidden, logits, batch, topk, steps, ndt, upcast, accept, variant, path in grid:
+        for values in itertools.product(*(getattr(sweep, key) for key in GRID)):
+            dtype, vocab, hidden, logits, batch, topk, steps, ndt, upcast, accept, variant, path = values
             head = HeadConfig(vocab, hidden, dtype, sweep.layers, logits, sweep.seed)
-            # fp32 heads: the upcast is a no-op, so "none" is the same case as "fp32"
-            upcast_on = UPCASTS[upcast] or head.torch_dtype == torch.float32
+            upcast_on = UPCASTS[upcast] or head.torch_dtype == torch.float32  # fp32 heads: "none" is "fp32"
             if ndt == "auto":  # num_steps * topk + 1, capped by the scored positions
                 ndt = min(steps * topk, LoopConfig(topk, steps, 2).candidates) + 1
             loop = LoopConfig(topk, steps, ndt, upcast_on, accept)

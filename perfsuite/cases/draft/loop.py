@@ -1,58 +1,42 @@
 """The draft cycle as SGLang's EAGLE worker runs it (docs/draft-loop.md): draft extend, selected at each
-sequence's last accepted token; `num_steps` tree decode steps; the tree handed to the verifier (SGLang's
-organisation, or its topk-1 fast path). The selection is any `Selector`; the candidate choice and the
-organisation use torch.max/topk, as engines do. No host syncs: a cycle captures into one graph.
-
-Accept lengths: with no target model, each sequence's accept length per cycle is drawn from a stated rule,
-seeded, on the CPU (the same on every device): `all` (every extend token), `uniform` (1 .. `max_accept`)
-or `geometric:P` (each drafted token accepted with probability P when its parent was, the bonus token
-always: mean `(1 - P**max_accept) / (1 - P)`).
-"""
+sequence's last accepted token, `num_steps` tree decode steps, the tree handed to the verifier; any
+`Selector`, no host syncs: a cycle captures into one graph (`DraftGraph`). Accept lengths: a seeded rule."""
 
 from __future__ import annotations
 
-import math
+import contextlib
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
 from perfsuite.cases.draft.head import DraftHead
+from perfsuite.core.console import first_line
+from perfsuite.measure.execution import GraphCaptureError, capturing, warm_up
 from perfsuite.variants.base import Selector
-from perfsuite.variants.ordering import topk_lowest_index
 
-DEFAULT_ACCEPT = "geometric:0.8"
-"""A `[draft]` table's default: each drafted token accepted with probability 0.8 (mean accept length
-2.95 of 4 at 3 steps), an assumed per-token acceptance, neither measured here nor taken from a cited
-source. `LoopConfig`'s own default is `all` (the loop without accept lengths)."""
-ACCEPT_SEED_OFFSET = 2_000_003
-"""Accept lengths are drawn from `seed + ACCEPT_SEED_OFFSET` (apart from the inputs' stream)."""
-
-
-def parse_accept(rule: str) -> tuple[str, float | None]:
-    """`("all" | "uniform", None)` or `("geometric", P)` with 0 <= P <= 1; ValueError otherwise."""
-    if rule in ("all", "uniform"):
-        return rule, None
-    name, _, value = rule.partition(":")
-    try:
-        p = float(value) if name == "geometric" else math.nan
-    except ValueError:
-        p = math.nan
-    if 0.0 <= p <= 1.0:
-        return name, p
-    raise ValueError(f"unknown accept rule {rule!r}; allowed: all, uniform, geometric:P (0 <= P <= 1)")
+DEFAULT_ACCEPT = "geometric:0.8"  # a `[draft]` table's: an assumed per-token acceptance, not measured
+ACCEPT_SEED_OFFSET = 2_000_003  # accept lengths are drawn apart from the inputs' stream
 
 
 def accept_name(rule: str) -> str:
-    """The canonical spelling of an accept rule (`geometric:0.80` -> `geometric:0.8`)."""
-    name, p = parse_accept(rule)
-    return name if p is None else f"{name}:{p:g}"
+    """The canonical spelling of an accept rule, `all`, `uniform` or `geometric:P` with 0 <= P <= 1
+    (`geometric:0.80` -> `geometric:0.8`); ValueError for any other."""
+    if rule in ("all", "uniform"):
+        return rule
+    name, _, value = rule.partition(":")
+    with contextlib.suppress(ValueError):
+        if name == "geometric" and 0.0 <= (p := float(value)) <= 1.0:
+            return f"{name}:{p:g}"
+    raise ValueError(f"unknown accept rule {rule!r}; allowed: all, uniform, geometric:P (0 <= P <= 1)")
 
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """The draft tree's shape, the logits the selector gets (`upcast`: fp32, SGLang's logits processor;
-    else the head's dtype) and the accept rule (canonical spelling; `all`: the last extend position)."""
+    """The draft tree's shape, the logits the selector gets (`upcast`: fp32, SGLang's, else the head's
+    dtype) and the accept rule (canonical; `all`: the last extend position)."""
 
     topk: int
     num_steps: int
@@ -62,7 +46,7 @@ class LoopConfig:
 
     @property
     def max_accept(self) -> int:
-        """The longest accept length: the deepest tree path plus the bonus token, within the extend."""
+        """The deepest tree path plus the bonus token, within the extend."""
         return min(self.num_steps + 1, self.num_draft_tokens)
 
     @property
@@ -72,7 +56,7 @@ class LoopConfig:
 
     @property
     def parents_width(self) -> int:
-        """Columns of the parent list: `k + 1` for step 0 and `k` per step after it, the last excluded."""
+        """Columns of the parent list: `k + 1` for step 0, `k` per later step but the last."""
         return 0 if self.num_steps == 1 else self.topk + 1 + (self.num_steps - 2) * self.topk
 
     @property
@@ -105,24 +89,25 @@ class LoopConfig:
 
 
 def accept_lengths(config: LoopConfig, batch: int, count: int, seed: int = 0) -> list[torch.Tensor]:
-    """`count` cycles' accept lengths, int64 `[batch]` on the CPU, drawn with `config.accept` from
-    `seed + ACCEPT_SEED_OFFSET`; `all`: every one `num_draft_tokens`."""
-    name, p = parse_accept(config.accept)
-    if name == "all":
+    """`count` cycles' accept lengths, int64 `[batch]` on the CPU, by `config.accept` (canonical): `all`,
+    every extend token; `uniform`, 1 .. `max_accept`; `geometric:P`, each drafted token accepted with
+    probability P if its parent was, the bonus token always."""
+    if config.accept == "all":
         return [torch.full((batch,), config.extend_tokens, dtype=torch.int64) for _ in range(count)]
     gen = torch.Generator().manual_seed(seed + ACCEPT_SEED_OFFSET)
     top = config.max_accept
-    if name == "uniform":
+    if config.accept == "uniform":
         drawn = torch.randint(1, top + 1, (count, batch), generator=gen)
     else:
+        p = float(config.accept.removeprefix("geometric:"))
         accepted = torch.rand((count, batch, top - 1), generator=gen, dtype=torch.float64) < p
         drawn = 1 + accepted.long().cumprod(dim=-1).sum(dim=-1)
     return list(drawn.unbind(0))
 
 
 def extend_index(lengths: torch.Tensor, length: int) -> torch.Tensor:
-    """SGLang's `select_index`: the flat row `b * length + lengths[b] - 1` of each sequence's last
-    accepted token among the `[B * length]` extend rows (made once, outside the timed cycle)."""
+    """SGLang's `select_index`: the flat extend row `b * length + lengths[b] - 1` of each sequence's last
+    accepted token."""
     rows = torch.arange(lengths.shape[0], dtype=torch.int64, device=lengths.device)
     return rows * length + lengths.to(torch.int64) - 1
 
@@ -145,30 +130,11 @@ class Traced(NamedTuple):
     logit_values: torch.Tensor
 
 
-def fast_topk(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The engines' `fast_topk` over the last dimension: `max` for k == 1, else `topk`."""
-    return torch.max(values, dim=-1, keepdim=True) if k == 1 else torch.topk(values, k, dim=-1)
-
-
-def reference_select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The float64 truth: softmax in float64, top-k with ties to the lowest index."""
-    values, index = topk_lowest_index(torch.softmax(logits.double(), dim=-1), k)
-    return values.float(), index
-
-
-def constant_select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A no-op selection of the same output shape (two fill kernels): the cycle without the selection."""
-    rows = logits.shape[0]
-    topk_p = torch.full((rows, k), 1.0 / k, dtype=torch.float32, device=logits.device)
-    return topk_p, torch.arange(k, device=logits.device).expand(rows, k)
-
-
 class DraftLoop:
     """A draft head, a selector and a tree shape: `cycle(tokens, hidden) -> DraftTree`."""
 
     def __init__(self, head: DraftHead, select: Selector, config: LoopConfig):
-        problem = config.problem()
-        if problem:
+        if problem := config.problem():
             raise ValueError(problem)
         self.head, self.select, self.config = head, select, config
         self._chains: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -182,7 +148,7 @@ class DraftLoop:
         self, tokens: torch.Tensor, target_hidden: torch.Tensor, index: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Draft extend over tokens `[B, L]`, hidden `[B, L, H]`: step 0's `topk_p`, `topk_index` and hidden
-        at each sequence's last accepted token, `index` (`extend_index`: a gather, no sync), else the last."""
+        at each sequence's last accepted token (`index`, a gather: no sync), else at the last position."""
         batch, length = tokens.shape
         flat = self.head.step(tokens.reshape(-1), target_hidden.reshape(batch * length, -1))
         last = flat.view(batch, length, -1)[:, -1] if index is None else flat.index_select(0, index)
@@ -190,7 +156,8 @@ class DraftLoop:
         return topk_p, topk_index, last
 
     def decode(self, topk_p: torch.Tensor, topk_index: torch.Tensor, hidden: torch.Tensor) -> DraftTree:
-        """Draft decode from the extend's top-k: `num_steps` tree levels, then the tree (module text)."""
+        """Draft decode from the extend's top-k: `num_steps` tree levels (candidates chosen by the engines'
+        `fast_topk`: max at k 1), then the tree: the fast path's chain or the organisation's top n - 1."""
         k, batch, device = self.config.topk, topk_p.shape[0], topk_p.device
         scores, input_ids = topk_p, topk_index.reshape(-1)
         hidden = hidden.repeat_interleave(k, dim=0)
@@ -201,7 +168,7 @@ class DraftLoop:
             hidden = self.head.step(input_ids, hidden)
             step_p, step_index = self.select(self.selector_logits(hidden), k)
             expanded = (scores.unsqueeze(2) * step_p.view(batch, k, k)).view(batch, k * k)
-            scores, chosen = fast_topk(expanded, k)
+            scores, chosen = torch.max(expanded, -1, keepdim=True) if k == 1 else torch.topk(expanded, k, -1)
             step_index = step_index.reshape(batch, k * k)
             score_list.append(expanded)
             token_list.append(step_index)
@@ -215,16 +182,14 @@ class DraftLoop:
             return DraftTree(all_tokens, parents, positions, all_scores, all_scores, all_tokens)
         positions = torch.topk(all_scores, self.config.num_draft_tokens - 1, dim=-1).indices
         positions = torch.sort(positions, dim=-1).values
-        if len(parent_list) > 1:
-            parents = torch.cat(parent_list[:-1], dim=1)
-        else:
-            parents = torch.empty((batch, 0), dtype=torch.int64, device=device)
+        last = len(parent_list) - 1  # the last step's parents are not handed on
+        parents = torch.cat(parent_list[:last], dim=1) if last else positions.new_empty((batch, 0))
         tokens, chosen = all_tokens.gather(1, positions), all_scores.gather(1, positions)
         return DraftTree(tokens, parents, positions, chosen, all_scores, all_tokens)
 
     def _chain_constants(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The chain's positions `0..s-1` and parents `-1, 0, .., s-2`, made once per batch size (outside
-        any capture's replay)."""
+        """The chain's positions `0..s-1` and parents `-1..s-2`, made once per batch size (outside any
+        capture's replay)."""
         if (batch, device) not in self._chains:
             steps, width = self.config.num_steps, self.config.parents_width
             positions = torch.arange(steps, device=device).expand(batch, steps)
@@ -237,12 +202,12 @@ class DraftLoop:
         return self.decode(*self.extend(*inputs))
 
     def cycle_tuple(self, *inputs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-        """`cycle` returning a plain tuple (what graph capture and torch.compile see)."""
+        """`cycle` as a plain tuple (what graph capture and torch.compile see)."""
         return tuple(self.cycle(*inputs))
 
     def cycle_traced(self, *inputs: torch.Tensor | None) -> Traced:
-        """`cycle` (eager, untimed) with the logit each selection picked at every scored position,
-        `[B, candidates]` float64 aligned with `all_tokens` (the parity split)."""
+        """`cycle` (eager, untimed) with the logit each selection picked at every scored position (float64,
+        aligned with `all_tokens`: the parity split)."""
         picked: list[torch.Tensor] = []
 
         def recording(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,3 +218,81 @@ class DraftLoop:
         tree = DraftLoop(self.head, recording, self.config).cycle(*inputs)
         batch = tree.all_tokens.shape[0]
         return Traced(tree, torch.cat([p.reshape(batch, -1) for p in picked], dim=1))
+
+
+class DraftGraph:
+    """One draft cycle captured for one batch size into a CUDA graph (a HIP graph on ROCm), as engines do:
+    static inputs and outputs outside the graph; a call loads a cycle's inputs, replays, copies outputs."""
+
+    def __init__(self, loop: DraftLoop, batch: int, device: torch.device, pool: object, label: str):
+        head, length = loop.head.config, loop.config.extend_tokens
+        self.loop = loop
+        self.tokens = torch.zeros((batch, length), dtype=torch.int64, device=device)
+        self.hidden = torch.zeros((batch, length, head.hidden), dtype=head.torch_dtype, device=device)
+        last = torch.full((batch,), length, device=device)  # valid rows until the first load
+        self.index = None if loop.config.accept == "all" else extend_index(last, length)
+        what = f"draft graph capture failed ({label or f'batch {batch}'})"
+        try:  # a few cycles on a side stream (library handles, Triton compilation): the capture's errors
+            result = warm_up(self._cycle, device, 3)
+        except Exception as exc:
+            raise GraphCaptureError(f"{what}: {first_line(exc)}", exc) from exc
+        self.outputs = tuple(torch.empty_like(t) for t in result)  # outside the graph pool
+        self.graph = torch.cuda.CUDAGraph()
+        with capturing(self.graph, device, pool=pool, what=what):
+            self.body()
+        self.replay = self.graph.replay
+
+    def _cycle(self) -> tuple[torch.Tensor, ...]:
+        return self.loop.cycle_tuple(self.tokens, self.hidden, self.index)
+
+    def body(self) -> tuple[torch.Tensor, ...]:
+        """The cycle on the static buffers into the static outputs: what is captured (also by timing)."""
+        for static, value in zip(self.outputs, self._cycle(), strict=True):
+            static.copy_(value)
+        return self.outputs
+
+    def load(self, tokens: torch.Tensor, hidden: torch.Tensor, index: torch.Tensor | None = None) -> None:
+        """Copy one cycle's inputs into the static buffers (`index`: unless the accept rule is `all`)."""
+        if (index is None) != (self.index is None):
+            raise ValueError("a draft graph with an accept rule other than 'all' takes an index, others none")
+        self.tokens.copy_(tokens)
+        self.hidden.copy_(hidden)
+        if self.index is not None:
+            self.index.copy_(index)
+
+    def __call__(self, *inputs: torch.Tensor | None) -> DraftTree:
+        """Load a cycle's inputs, replay, and return copies of the outputs (safe across other replays)."""
+        self.load(*inputs)
+        self.graph.replay()
+        return DraftTree(*(t.clone() for t in self.outputs))
+
+
+class GraphCache:
+    """Draft graphs by (batch size, key), sharing one memory pool, at most `max_graphs` (least recently
+    used dropped first)."""
+
+    def __init__(self, device: torch.device, max_graphs: int = 8):
+        self.device, self.max_graphs = device, max_graphs
+        self.graphs: OrderedDict[tuple[int, Hashable], DraftGraph] = OrderedDict()
+        self.pool: object = None
+
+    def get(self, loop: DraftLoop, batch: int, key: Hashable, label: str = "") -> DraftGraph:
+        """The graph of `loop` at `batch`, captured on first use."""
+        slot = (batch, key)
+        if slot not in self.graphs:
+            while len(self.graphs) >= self.max_graphs:
+                self.graphs.popitem(last=False)[1].graph.reset()
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            self.graphs[slot] = DraftGraph(loop, batch, self.device, self.pool, label)
+        self.graphs.move_to_end(slot)
+        return self.graphs[slot]
+
+    def clear(self) -> None:
+        """Drop every graph and the pool (its memory returns to the allocator's cache)."""
+        for graph in self.graphs.values():
+            graph.graph.reset()
+        self.graphs.clear()
+        self.pool = None
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()

@@ -1,68 +1,47 @@
-"""Tensor-parallel cases on every rank of a process group (`run_case(TensorParallelRunner(...), case)`: the
-row, kept by rank 0), and the case kind's parts (`core.kinds`): `tp_cases`, `unit`, `rows`.
-
-Each rank builds the same full logits from the seed (so its parity is checked against the full float64
-reference) and keeps its vocabulary slice. Per case: a skip decision all ranks share; one call whose
-outputs every rank checks for parity and all ranks compare bit for bit; peak temporaries; then timing,
-each sample the slowest rank's. A rank that fails a phase makes every rank record the case as an error.
-Rows carry the single-device columns and `schema.TP_COLUMNS`: bytes per rank, times the max over ranks.
-"""
+"""Tensor-parallel cases on every rank: the torchrun worker (`worker`), a case's row (`TensorParallelRunner`,
+rank 0's kept) and the case kind's parts (`core.kinds`): `tp_cases`, `unit`, `rows`."""
 
 from __future__ import annotations
 
+import argparse
 import functools
+import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import pandas as pd
 import torch
 
 from perfsuite import variants
-from perfsuite.core import dtypes
-from perfsuite.core.settings import Timing
+from perfsuite.cases.protocol import run_case
+from perfsuite.core import dtypes, settings
 from perfsuite.correctness import parity
 from perfsuite.measure import memory, timing
-from perfsuite.measure.device import DeviceInfo, synchronize
+from perfsuite.measure.device import DeviceInfo, detect, synchronize
+from perfsuite.measure.environment import environment
 from perfsuite.results import rows as row_pieces
 from perfsuite.results.rows import CaseFailed, is_out_of_memory, one_line
+from perfsuite.results.write import ResultsLog
 from perfsuite.scenario import inputs
-from perfsuite.scenario.load import Case, Scenario, expand
+from perfsuite.scenario.load import Case, Scenario, ScenarioError, expand, load
 from perfsuite.variants import tensor_parallel
 from perfsuite.variants.base import ideal_traffic, unclaimed_k
+from perfsuite.variants.tensor_parallel import tp_base
 from perfsuite.variants.tensor_parallel.tp_base import Group, Local, local_slice, padded_width, vocab_slice
 
 T = TypeVar("T")
 VERDICT_RANK = {"fail": 3, "inexact": 2, "pass": 1, "n/a": 0}
+RankInputs = tuple[Local, parity.Truth, tuple[torch.Tensor, torch.Tensor]]  # slice, reference, baseline
+EXIT_OK, EXIT_USAGE = 0, 2
+WHO = "perfsuite.cases.tensor_parallel"  # the launcher finds the worker's own errors in its log by it
 
 
 def case_row(case: Case, env: dict[str, object], backend_pg: str) -> dict[str, object]:
     """The identifying columns, as `rows.case_row` writes them, plus `backend_pg`."""
     return {**row_pieces.case_row(case, env), "backend_pg": backend_pg}
-
-
-def rank_sampler(
-    call: Callable[[], object], group: Group, info: DeviceInfo, settings: Timing
-) -> timing.Sampler:
-    """Samples of a collective call, every rank's together; each sample becomes the slowest rank's (`measure`
-    agrees on `Group.max`). Before each sample a barrier and the cache flush (cold)."""
-    flush = timing.cache_flusher(info) if settings.l2 == "cold" else (lambda: None)
-    if info.is_gpu:  # once the device is idle; then the spin the call queues behind (`EventSampler`)
-        sampler = timing.EventSampler(call, lambda: (synchronize(group.device), group.barrier(), flush()))
-    else:  # the flush first, so the ranks start the call together
-        sampler = timing.Sampler(call, lambda: (flush(), group.barrier()))
-    base = "device events" if info.is_gpu else "host perf_counter"
-    sampler.method = f"{base}, max over {group.size} ranks, barrier before each sample"
-    return sampler
-
-
-@dataclass
-class Truth:
-    """One rank's inputs for a case: its slice, the float64 reference and the single-device baseline."""
-
-    local: Local
-    ref: parity.Truth
-    baseline: tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -72,7 +51,7 @@ class TensorParallelRunner:
     group: Group
     info: DeviceInfo
     env: dict[str, object]
-    _truth: tuple[tuple, Truth] | None = None
+    _inputs: tuple[tuple, RankInputs] | None = None
 
     def identify(self, case: Case) -> dict[str, object]:
         return case_row(case, self.env, self.group.backend)
@@ -95,8 +74,7 @@ class TensorParallelRunner:
         if case.topk > case.vocab:
             return f"topk {case.topk} > vocab {case.vocab}"
         variant = tensor_parallel.get(case.variant)
-        reason = unclaimed_k(variant.max_k, case.topk) or variant.available(self.group.device)
-        if reason:
+        if reason := unclaimed_k(variant.max_k, case.topk) or variant.available(self.group.device):
             return reason
         dtype = dtypes.dtype_of(case.dtype)
         width = padded_width(case.vocab, case.tp) + case.inputs.row_pad
@@ -105,28 +83,27 @@ class TensorParallelRunner:
         return memory.fits(need, self.group.device)
 
     def measure(self, case: Case) -> dict[str, object]:
-        """Prepare, check and time the case on every rank; a phase that fails on any rank raises
-        `CaseFailed` on all of them."""
-        truth = self._agreed(lambda: self.prepare(case))
+        """Prepare, call, check parity, peak temporaries, then time: each phase agreed by every rank."""
+        local, ref, baseline = self._agreed(lambda: self.prepare(case))
         variant = tensor_parallel.get(case.variant)
-        call = functools.partial(variant, truth.local, case.topk)
+        call = functools.partial(variant, local, case.topk)
         outputs = self._agreed(call)
-        check = self._agreed(lambda: parity.check(variant.accuracy, *outputs, truth.ref, truth.baseline))
+        check = self._agreed(lambda: parity.check(variant.accuracy, *outputs, ref, baseline))
         peak = self._agreed(lambda: memory.peak_temp_bytes(call, self.info))
-        sampler = functools.partial(rank_sampler, call, self.group, self.info, case.timing)
         # each sample the slowest rank's (the max over ranks): all ranks stop after the same sample
-        samples = self._agreed(lambda: timing.measure_in_turn([sampler()], case.timing, self.group.max)[0])
-        peak = int(self.group.max([peak])[0])
+        samples = self._agreed(
+            lambda: timing.measure_in_turn([self.sampler(call, case)], case.timing, self.group.max)[0]
+        )
         dtype = dtypes.dtype_of(case.dtype)
         shape = (case.batch, case.vocab, case.topk, dtype, case.tp)
         ideal = ideal_traffic(case.batch, padded_width(case.vocab, case.tp), case.topk, dtype)
-        copy_gbps, cache = self.env.get("copy_gbps"), self.info.model_cache_bytes
         figures = row_pieces.figures(
-            samples, variant.traffic(*shape), ideal, peak, self.info.peak_gbps, copy_gbps, cache
-        )
+            samples, variant.traffic(*shape), ideal, int(self.group.max([peak])[0]), self.info.peak_gbps,
+            self.env.get("copy_gbps"), self.info.model_cache_bytes,
+        )  # fmt: skip
         comm = variant.comm_bytes(*shape)
         return {
-            **self._parity_over_ranks(check, outputs),
+            **self._ranks_parity(check, outputs),
             **figures,
             "hbm_bytes_model": figures["bytes_model"],
             "comm_bytes_model": comm,
@@ -135,19 +112,30 @@ class TensorParallelRunner:
             "reason": "",
         }
 
-    def prepare(self, case: Case) -> Truth:
-        """This rank's slice, the reference and the baseline (kept for the cases that share them)."""
+    def sampler(self, call: Callable[[], object], case: Case) -> timing.Sampler:
+        """Samples of the collective call, a barrier (and the cold flush) before each."""
+        flush = timing.cache_flusher(self.info) if case.timing.l2 == "cold" else (lambda: None)
+        group = self.group
+        if self.info.is_gpu:  # once the device is idle; then the spin the call queues behind (`EventSampler`)
+            sampler = timing.EventSampler(call, lambda: (synchronize(group.device), group.barrier(), flush()))
+        else:  # the flush first, so the ranks start the call together
+            sampler = timing.Sampler(call, lambda: (flush(), group.barrier()))
+        sampler.method = f"{sampler.method}, max over {group.size} ranks, barrier before each sample"
+        return sampler
+
+    def prepare(self, case: Case) -> RankInputs:
+        """This rank's slice of the full logits (every rank builds them), their reference and baseline."""
         key = (case.input_key, case.inputs, case.topk)
-        if self._truth is None or self._truth[0] != key:
-            self._truth = None
+        if self._inputs is None or self._inputs[0] != key:
+            self._inputs = None
             given = {"seed": case.inputs.seed, "scale": case.inputs.scale, "files": case.inputs.files}
             dtype, device = dtypes.dtype_of(case.dtype), self.group.device
             full = inputs.make_logits(case.logits, case.batch, case.vocab, dtype, device=device, **given)
             shard = vocab_slice(case.vocab, self.group.size, self.group.rank)
             local = Local(local_slice(full, shard, case.inputs.row_pad), shard, self.group)
             baseline = variants.get(variants.BASELINE)(full, case.topk)
-            self._truth = (key, Truth(local, parity.truth(full, case.topk), baseline))
-        return self._truth[1]
+            self._inputs = (key, (local, parity.truth(full, case.topk), baseline))
+        return self._inputs[1]
 
     def _agreed(self, phase: Callable[[], T]) -> T:
         """Run `phase` on every rank; when any rank raised, every rank raises `CaseFailed` naming it."""
@@ -163,10 +151,8 @@ class TensorParallelRunner:
             raise CaseFailed(f"{prefix}rank {rank}: {text}", status)
         return result  # type: ignore[return-value]
 
-    def _parity_over_ranks(
-        self, check: parity.Parity, outputs: tuple[torch.Tensor, torch.Tensor]
-    ) -> dict[str, object]:
-        """Rank 0's parity columns with the worst verdict of any rank, and whether all ranks agree."""
+    def _ranks_parity(self, check: parity.Parity, outputs: tuple[torch.Tensor, ...]) -> dict[str, object]:
+        """Rank 0's parity columns with the worst verdict of any rank, and whether all ranks agree bitwise."""
         topk_p, topk_index = outputs
         bits = torch.cat([topk_p.contiguous().view(torch.int32).to(torch.int64), topk_index], dim=-1)
         everyone = self.group.all_gather(bits)
@@ -181,22 +167,64 @@ class TensorParallelRunner:
         return {**out, "ranks_agree": agree, "parity_ranks": len(checks)}
 
 
+def worker(argv: list[str] | None = None) -> int:
+    """The worker on one rank: 0 done (failing cases are error rows), 2 bad input."""
+    about = "The tensor-parallel worker, one per rank under torchrun: every rank runs each case;"
+    p = argparse.ArgumentParser(prog=f"python -m {WHO}", description=f"{about} rank 0 appends one row")
+    p.add_argument("scenario", help="scenario file (.toml)")
+    p.add_argument("--tp", type=int, required=True, help="ranks; must equal WORLD_SIZE")
+    p.add_argument("--out", required=True, help="rows are appended here by rank 0 (JSON lines)")
+    p.add_argument("--case-ids", help="JSON list of case ids: run only these (default: every tp == N case)")
+    p.add_argument("--env", help="JSON object of environment columns for every row (default: measured)")
+    p.add_argument("--device", help="auto | cpu | cuda (default: the scenario's)")
+    args = p.parse_args(argv)
+    try:
+        scenario = load(args.scenario)
+        ids = set(json.loads(Path(args.case_ids).read_text())) if args.case_ids else None
+    except (ScenarioError, OSError, ValueError) as exc:
+        print(f"{WHO}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    group = tp_base.init(args.device or scenario.device)
+    try:
+        if group.size != args.tp:
+            print(f"{WHO}: --tp {args.tp} but WORLD_SIZE is {group.size}", file=sys.stderr)
+            return EXIT_USAGE
+        todo = [c for c in expand(scenario) if c.tp == args.tp and (ids is None or c.case_id in ids)]
+        info = detect(str(group.device))
+        env: dict[str, object] = json.loads(Path(args.env).read_text()) if args.env else {}
+        # the launching run's threads (its --threads included), else the scenario's setting
+        threads = int(env["threads"]) if "threads" in env else (todo[0].timing.threads if todo else 1)
+        settings.apply_threads(threads)
+        if group.rank == 0 and not env:
+            env = environment(info, scenario.name)
+        runner, log = TensorParallelRunner(group, info, env), ResultsLog(Path(args.out))
+        for i, case in enumerate(todo, 1):
+            row = run_case(runner, case)
+            if group.rank == 0:
+                log.append(row)
+                figure = f"{row['median_us']:.1f} us" if row["status"] == "ok" else row["reason"]
+                print(f"[{i}/{len(todo)}] {case.case_id}: {row['status']} {figure}", flush=True)
+        group.barrier()  # every rank is done before the group goes away
+        return EXIT_OK
+    finally:
+        tp_base.close()
+
+
 def is_tensor_parallel(case: Case) -> bool:
     """Cases that run under torchrun: tp > 1, or a tensor-parallel variant."""
     return case.tp > 1 or tensor_parallel.is_tp_variant(case.variant)
 
 
 def tp_cases(scenario: Scenario) -> list[Case]:
-    """The scenario's tensor-parallel cases (the `tensor_parallel` case kind), in sweep order."""
     return [case for case in expand(scenario) if is_tensor_parallel(case)]
 
 
 def unit(case: Case) -> tuple:
-    """The cases that run together (one shard's unit): one tp size's cases, one torchrun launch."""
+    """One tp size's cases run together: one torchrun launch."""
     return ("tp", case.tp)
 
 
 def rows(frame: pd.DataFrame) -> pd.Series:
-    """Which rows of results.jsonl are tensor-parallel rows: tp > 1 or a tensor-parallel variant."""
+    """Which rows of results.jsonl are tensor-parallel rows."""
     tp = pd.to_numeric(frame["tp"], errors="coerce").fillna(1) if "tp" in frame else 1
     return (tp > 1) | frame["variant"].isin(tensor_parallel.names())

@@ -16,16 +16,14 @@ from perfsuite.correctness.conformance import consistency, graph_replay
 from perfsuite.correctness.conformance.judge import PASS, Verdict, excused, interpreted_launches, judge
 from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, dtype_names
 
-DTYPES = (*SUPPORTED_DTYPES, *FP8_DTYPES)
-"""Every logits dtype the battery knows (the float8 ones where this torch has them)."""
+DTYPES = (*SUPPORTED_DTYPES, *FP8_DTYPES)  # every logits dtype the battery knows (float8 where torch has it)
 COLUMNS = (
     "selector", "case", "dtype", "k", "verdict", "finding", "detail", "repeat", "batch_invariant",
     "batch_max_dp", "batch", "vocab", "row_stride", "offset", "description", "accuracy",
     "lowest_index_ties", "nan", "device", "seconds",
 )  # fmt: skip
-"""`repeat`: the second call bitwise equal to the first (pass, FAIL, or empty where not called);
-`batch_invariant`: the same indices with the rows reversed and row 0 alone (cases marked `batch_check`),
-`batch_max_dp` the largest `topk_p` difference seen there (`consistency`)."""
+"""`repeat`: the second call bitwise equal to the first; `batch_invariant`: the same indices with the rows
+reversed and row 0 alone (cases marked `batch_check`), `batch_max_dp` the largest `topk_p` difference."""
 ALL_CASES = "*"
 NEEDS_GPU = "graph capture needs a GPU (CUDA or HIP)"
 
@@ -33,15 +31,9 @@ NEEDS_GPU = "graph capture needs a GPU (CUDA or HIP)"
 def battery_dtype(name: str) -> torch.dtype:
     """A logits dtype by name or alias (`bf16`, `float8_e4m3fn`); ValueError naming the known ones."""
     known = {dtype_name(d): d for d in DTYPES}
-    dtype = known.get(DTYPE_ALIASES.get(name, name))
-    if dtype is None:
+    if (dtype := known.get(DTYPE_ALIASES.get(name, name))) is None:
         raise ValueError(f"unknown dtype {name!r}; known: {', '.join(known)}")
     return dtype
-
-
-def gpu_available() -> bool:
-    """Whether torch sees a CUDA or ROCm device (or the simulated one)."""
-    return torch.cuda.is_available()
 
 
 def _row(variant: Variant, device: torch.device, dtype: torch.dtype, verdict: Verdict, **where) -> dict:
@@ -87,11 +79,9 @@ def _case_rows(
         except catalogue.Skip as skip:
             reason = str(skip)
     for k in case.topks():
-        start = time.perf_counter()
-        checks: dict = {}
-        unclaimed = variant.unclaimed_k(k)
-        if unclaimed or logits is None:
-            verdict = Verdict("skip", detail=unclaimed or reason)
+        start, checks = time.perf_counter(), {}
+        if skip := variant.unclaimed_k(k) or (reason if logits is None else None):
+            verdict = Verdict("skip", detail=skip)
         elif case.graph:
             verdict = graph_replay.replay_verdict(variant, logits, k)
         else:
@@ -131,12 +121,6 @@ def frame(records: Iterable[dict]) -> pd.DataFrame:
     return pd.DataFrame.from_records(list(records), columns=list(COLUMNS))
 
 
-def counts(table: pd.DataFrame) -> str:
-    """ "n pass, n FAIL, n skip" of a table (zeros left out)."""
-    tally = table["verdict"].value_counts()
-    return ", ".join(f"{int(tally[v])} {v}" for v in ("pass", "FAIL", "skip") if v in tally) or "no rows"
-
-
 def _overall(statuses: pd.Series) -> str:
     """A check's cell over the dtypes: FAIL if any failed, pass if any passed, empty where none ran."""
     seen = set(statuses.dropna()) - {""}
@@ -170,5 +154,7 @@ def console(table: pd.DataFrame) -> str:
         lines.append(f"  FAIL {r.case} {r.dtype} k={'-' if pd.isna(r.k) else int(r.k)}: {r.detail}")
     for (case, reason), part in table[table["verdict"] == "skip"].groupby(["case", "detail"], sort=False):
         lines.append(f"  skip {case} ({', '.join(dict.fromkeys(part['dtype']))}): {reason}")
-    lines.append(f"{head['selector']}: {counts(table)} in {table['seconds'].sum():.1f} s")
+    tally = table["verdict"].value_counts()
+    counts = ", ".join(f"{int(tally[v])} {v}" for v in ("pass", "FAIL", "skip") if v in tally)
+    lines.append(f"{head['selector']}: {counts} in {table['seconds'].sum():.1f} s")
     return "\n".join(lines)

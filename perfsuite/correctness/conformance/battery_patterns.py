@@ -1,10 +1,9 @@
 """The battery's cases: named inputs that break selector kernels on edge shapes, each saying what it probes.
 
 Every input is a `[B, V]` view inside a larger buffer, as an engine hands logits over, whose other elements
-(the padding of a row-strided view, the elements before an offset data pointer, the tail after the last
-row) hold a poison value larger than any real logit: a kernel that reads past its row picks the poison and
-returns a wrong or out-of-vocabulary index. Values are drawn in float32 on the CPU (seeded by the case's
-name) and cast to the case's dtype, so every device and dtype sees the same rows.
+(row padding, the elements before an offset data pointer, the tail after the last row) hold a poison value
+above any real logit: a kernel that reads past its row picks it. Values are drawn in float32 on the CPU
+(seeded by the case's name) and cast to the case's dtype, so every device and dtype sees the same rows.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import fnmatch
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -21,8 +21,7 @@ from perfsuite.core import machine
 from perfsuite.correctness import edge_cases
 
 TAIL = 256  # poisoned elements after the last row (and around each row of a buffer not filled)
-INT64_STRIDE = (1 << 31) + 1024
-"""Row stride of the int64 addressing case: row 1 starts past 2^31 elements, row 2 past 2^32."""
+INT64_STRIDE = (1 << 31) + 1024  # the int64 addressing case's row stride: rows past 2^31 and 2^32 elements
 
 Build = Callable[[torch.dtype, torch.device], torch.Tensor]
 
@@ -63,8 +62,7 @@ def ordinary(name: str, batch: int, vocab: int) -> torch.Tensor:
     the tail misses it), each later row's first 16 columns above everything in the row before it (a kernel
     that over-reads a row's tail into the next row picks them)."""
     x = torch.randn((batch, vocab), generator=_generator(name))
-    if batch:
-        x[0, vocab - 1] = 8.0
+    x[0, vocab - 1] = 8.0
     head = min(16, vocab)
     for r in range(1, batch):
         x[r, :head] = 8.0 + 2 * r + torch.linspace(0, 1, head)
@@ -97,20 +95,14 @@ def _placed(values: Callable[[], torch.Tensor], **layout) -> Build:
 
 
 def _ordinary(name: str, description: str, vocab: int, *, offset: int = 0, stride: int = 0, **flags) -> Case:
-    """A case of three `ordinary` rows seeded by its name, `offset` and `stride` its layout."""
     rows = _placed(lambda: ordinary(name, 3, vocab), offset=offset, stride=stride)
     return Case(name, description, vocab, rows, **flags)
 
 
-def _pattern_rows(name: str) -> Build:
+def _pattern_rows(name: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """edge_cases' pattern `name` in row 0, an ordinary row after it (a bad row must not spill over)."""
-    pattern, vocab = edge_cases.PATTERNS[name][1], edge_cases.EDGE_VOCAB
-
-    def build(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        rows = edge_cases.pattern_rows([pattern], dtype, vocab)
-        return place(torch.cat([rows, ordinary(name, 2, vocab)[1:]]), dtype, device)
-
-    return build
+    rows = edge_cases.pattern_rows([edge_cases.PATTERNS[name][1]], dtype)
+    return place(torch.cat([rows, ordinary(name, 2, edge_cases.EDGE_VOCAB)[1:]]), dtype, device)
 
 
 def _all_negative() -> torch.Tensor:
@@ -160,11 +152,10 @@ def _int64_addressing(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         raise Skip(f"cannot allocate a {gib:.1f} GiB buffer: {str(exc).splitlines()[0][:120]}") from None
 
 
-BIT_PATTERN_ROWS = (
+BIT_PATTERN_ROWS = (  # what each row of `bit_patterns` holds
     "signed zeros tie at the top", "signed zeros tie at the k-th place", "one ulp apart at the top",
     "subnormal maxima", "the largest finite values", "+inf beside the largest finite value",
 )  # fmt: skip
-"""What each row of `bit_patterns` holds, by row."""
 
 
 def _bits(value: float, dtype: torch.dtype, ulps: int) -> float:
@@ -191,8 +182,8 @@ def _bit_patterns(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return place(x, dtype, device)
 
 
+# the rows of `masked`: a share of the row masked to -inf, or how many finite logits are left
 MASKED_ROWS = (("50 % -inf", 0.5), ("90 % -inf", 0.9), ("99 % -inf", 0.99), ("3 finite logits", 3))
-"""The rows of `masked`: a share of the row masked to -inf, or how many finite logits are left."""
 
 
 def _masked() -> torch.Tensor:
@@ -221,7 +212,7 @@ def catalogue() -> list[Case]:
                     "poisoned", v, stride=s, quick=v == 1031) for v, s in ((1031, 1088), (151666, 151680))),
         *(_ordinary(f"offset_{o}", f"data pointer {o} elements into the buffer (V=4096, rows aligned but for "
                     "it)", 4096, offset=o, quick=o in (1, 3)) for o in range(8)),
-        *(Case(p, f"{d}, then an ordinary row", vocab, _pattern_rows(p))
+        *(Case(p, f"{d}, then an ordinary row", vocab, partial(_pattern_rows, p))
           for p, (d, _) in edge_cases.PATTERNS.items()),
         Case("all_negative", "every logit below -2 (a running max started at 0 is wrong)", 8193,
              _placed(_all_negative)),

@@ -1,9 +1,6 @@
-"""What one call cannot show: repeatability, batch invariance and the stream the work runs on.
-
-Each passes every single-call check: a split kernel that merges its partials in arrival order (other
-tied indices on the next call: `repeat`), one whose plan depends on the batch size (other indices for a
-row in another batch: `batch`), one that runs on another stream than the engine's (`on_side_stream`).
-"""
+"""What one call cannot show: repeatability (a split kernel merging its partials in arrival order returns
+other ties on the next call), batch invariance (a plan that depends on the batch size) and the stream the
+work runs on (`on_side_stream`)."""
 
 from __future__ import annotations
 
@@ -37,8 +34,8 @@ def repeat(first: edge_cases.Outputs, second: edge_cases.Outputs | str) -> Verdi
 
 
 def other_batches(logits: torch.Tensor) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """The batches a row is also called in: (what, logits, the original row of each of their rows): the
-    rows reversed (a fresh contiguous copy) and row 0 alone (a view of it); none for a single row."""
+    """(what, logits, the original row of each row) of the rows reversed (a fresh contiguous copy) and row 0
+    alone (a view): the batches a row is also called in; none for a single row."""
     if logits.shape[0] < 2:
         return []
     return [
@@ -48,7 +45,7 @@ def other_batches(logits: torch.Tensor) -> list[tuple[str, torch.Tensor, torch.T
 
 
 def batch(variant: Variant, logits: torch.Tensor, k: int, first: edge_cases.Outputs) -> tuple[Verdict, float]:
-    """`first` (the call on the whole batch) against the calls on `other_batches`, and the largest `topk_p`
+    """`first` (the call on the whole batch) against the calls on `other_batches`; the largest `topk_p`
     difference seen."""
     rtol, atol = tolerance(variant.accuracy, logits.dtype)
     worst = 0.0
@@ -84,17 +81,15 @@ def on_side_stream(device: torch.device) -> Iterator[list[str]]:
     if device.type != "cuda":
         yield elsewhere
         return
-    caller = torch.cuda.current_stream(device)
-    side = torch.cuda.Stream(device)
+    caller, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
     side.wait_stream(caller)
-    recorded = simulated_gpu.active() is not None
-    before = simulated_gpu.kernels_by_stream() if recorded else {}
+    counted = simulated_gpu.kernels_by_stream if simulated_gpu.active() is not None else dict
+    before = counted()
     with torch.cuda.stream(side):
         yield elsewhere
         current = torch.cuda.current_stream(device)
     caller.wait_stream(side)
-    after = simulated_gpu.kernels_by_stream() if recorded else {}
-    ran = {s: n - before.get(s, 0) for s, n in after.items() if s is not side and n != before.get(s, 0)}
+    ran = {s: n - before.get(s, 0) for s, n in counted().items() if s is not side and n != before.get(s, 0)}
     if current != side:
         elsewhere[0] = "the call left another stream current than the caller's (a side stream)"
     elif ran:

@@ -1,10 +1,7 @@
-"""The graph case: a selector captured in a CUDA/HIP graph (`torch.cuda.CUDAGraph`) and replayed.
-
-Engines capture the draft step once and replay it every step, so a selector must (1) not synchronise
-with the host while captured (CUDA refuses it; on a real GPU the sync debug mode makes torch's implicit
-syncs errors too), (2) give on replay its eager answer, and (3) still do after new logits are copied into
-the captured input buffer (a replay reads the buffer's current contents and runs no Python).
-"""
+"""The graph case: a selector captured in a CUDA/HIP graph and replayed, as engines replay the draft step.
+It must not synchronise with the host while captured (on a real GPU the sync debug mode makes torch's
+implicit syncs errors too), must give its eager answer on replay, and still after new logits are copied into
+the captured input buffer (a replay reads the buffer's current contents and runs no Python)."""
 
 from __future__ import annotations
 

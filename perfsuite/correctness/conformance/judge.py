@@ -17,20 +17,13 @@ from perfsuite.correctness import parity
 from perfsuite.variants.base import Variant
 
 FINDINGS: dict[str, str] = {
-    "out_of_vocab": "out-of-vocabulary index",
-    "wrong_topk": "wrong top-k",
-    "wrong_tie": "wrong tie",
-    "nan_order": "NaN against the declared policy",
-    "nan_prob": "NaN where a number was due",
-    "wrong_prob": "wrong probability",
-    "bad_output": "wrong output shape or dtype",
-    "crash": "crash",
-    "graph_differs": "graph replay differs",
-    "host_sync": "host sync in capture",
-    "wrong_stream": "work on another stream",
-    "not_repeatable": "differs from call to call",
+    "out_of_vocab": "out-of-vocabulary index", "wrong_topk": "wrong top-k", "wrong_tie": "wrong tie",
+    "nan_order": "NaN against the declared policy", "nan_prob": "NaN where a number was due",
+    "wrong_prob": "wrong probability", "bad_output": "wrong output shape or dtype", "crash": "crash",
+    "graph_differs": "graph replay differs", "host_sync": "host sync in capture",
+    "wrong_stream": "work on another stream", "not_repeatable": "differs from call to call",
     "batch_variant": "depends on the batch",
-}
+}  # fmt: skip
 """What can go wrong, in the order a selection is judged (the first one found is the verdict's)."""
 JUDGED_PROBABILITIES = ("exact", "rounded")  # inexact and indices-only selectors: their indices only
 Finding = tuple[str, str]  # a `FINDINGS` key and what was seen
@@ -48,42 +41,40 @@ class Verdict:
 PASS = Verdict("pass")
 
 
-def _example(mask: torch.Tensor, describe: Callable, rows: torch.Tensor | None = None) -> str:
-    """ "n of m slots, e.g. row r slot s: ..." for the first True of `mask` `[b, k]` (`rows`: the batch
-    rows `mask`'s rows stand for)."""
+def _found(
+    kind: str, mask: torch.Tensor, describe: Callable, rows: torch.Tensor | None = None, note: str = ""
+) -> list[Finding]:
+    """`kind` with "n of m slots, e.g. row r slot s: ..." for the first True of `mask` `[b, k]` (`rows`: the
+    batch rows `mask`'s rows stand for), then `note`; nothing when `mask` holds none."""
     where = mask.nonzero()
+    if not len(where):
+        return []
     r, s = (int(v) for v in where[0])
     row = int(rows[r]) if rows is not None else r
-    return f"{len(where)} of {mask.numel()} slots, e.g. row {row} slot {s}: {describe(r, s)}"
-
-
-def nan_order(logits: torch.Tensor, policy: str) -> torch.Tensor:
-    """`[B, V]` column order of each row by the NaN `policy` ("largest": NaN first, "smallest": NaN last),
-    then descending value, ties to the lowest index (torch's stable sort ranks NaN above every number)."""
-    largest, x = policy == "largest", logits.double()
-    return torch.sort(x if largest else -x, dim=-1, descending=largest, stable=True).indices
+    seen = f"{len(where)} of {mask.numel()} slots, e.g. row {row} slot {s}: {describe(r, s)}{note}"
+    return [(kind, seen)]
 
 
 def _nan_rows(variant: Variant, host: torch.Tensor, k: int, topk_index: torch.Tensor) -> list[Finding]:
-    """The finding on the rows holding a NaN, judged by the selector's declared NaN policy (none when it
-    declares none): each slot's index the policy's, or (without a lowest-index claim) a tie of it."""
+    """The finding on the rows holding a NaN by the selector's declared NaN policy (none when it declares
+    none): each slot's index the policy's ("largest": NaN first, "smallest": NaN last, then descending
+    value, ties to the lowest index), or (without a lowest-index claim) a tie of it."""
     rows = torch.isnan(host).any(dim=-1).nonzero().flatten()
     if variant.nan == "unspecified" or not len(rows):
         return []
-    x = host[rows].double()
-    want = nan_order(x, variant.nan)[:, :k]
+    x, largest = host[rows].double(), variant.nan == "largest"
+    # torch's stable sort ranks NaN above every number
+    want = torch.sort(x if largest else -x, dim=-1, descending=largest, stable=True).indices[:, :k]
     index = topk_index[rows]
     got_v, want_v = x.gather(-1, index), x.gather(-1, want)
     same = index == want
     if not variant.lowest_index_ties:  # any of the equal logits (NaNs equal to one another) will do
         same |= (got_v == want_v) | (torch.isnan(got_v) & torch.isnan(want_v))
-    if bool(same.all()):
-        return []
     describe = lambda r, s: (  # noqa: E731
         f"index {int(index[r, s])} (logit {got_v[r, s]:.6g}) where NaN {variant.nan} puts "
         f"{int(want[r, s])} (logit {want_v[r, s]:.6g})"
     )
-    return [("nan_order", _example(~same, describe, rows))]
+    return _found("nan_order", ~same, describe, rows)
 
 
 def judge(
@@ -99,16 +90,13 @@ def judge(
         return Verdict("FAIL", "bad_output", detail)
     if batch == 0:
         return PASS
-    outside = (topk_index < 0) | (topk_index >= vocab)
-    if bool(outside.any()):
-        detail = _example(outside, lambda r, s: f"index {int(topk_index[r, s])} outside [0, {vocab})")
-        return Verdict("FAIL", "out_of_vocab", detail)
-    found: list[Finding] = []
+    describe = lambda r, s: f"index {int(topk_index[r, s])} outside [0, {vocab})"  # noqa: E731
+    if outside := _found("out_of_vocab", (topk_index < 0) | (topk_index >= vocab), describe):
+        return Verdict("FAIL", *outside[0])
     ordered = topk_index.sort(dim=-1).values
     repeated = torch.zeros_like(topk_index, dtype=torch.bool)
     repeated[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
-    if bool(repeated.any()):
-        found.append(("wrong_topk", _example(repeated, lambda r, s: f"index {int(ordered[r, s])} twice")))
+    found = _found("wrong_topk", repeated, lambda r, s: f"index {int(ordered[r, s])} twice")
     host = logits.cpu()
     host = host.float() if host.dtype.itemsize == 1 else host  # fp8: its exact float32 upcast
     found += _nan_rows(variant, host, k, topk_index)
@@ -119,29 +107,22 @@ def judge(
         index, p = topk_index[rows], topk_p[rows].double()
         got, want = sub.logit_at(index).double(), sub.logit_at(sub.index).double()
         slot = parity.slots(variant.accuracy, index, p, sub, logits.dtype)
-        if not bool(slot.index_ok.all()):  # another logit (for "rounded": beyond what rounding merges)
-            describe = lambda r, s: (  # noqa: E731
-                f"index {int(index[r, s])} (logit {got[r, s]:.6g}) where the reference has "
-                f"{int(sub.index[r, s])} (logit {want[r, s]:.6g})"
-            )
-            found.append(("wrong_topk", _example(~slot.index_ok, describe, rows)))
-        tie = (index != sub.index) & slot.tie
-        if variant.lowest_index_ties and bool(tie.any()):
+        describe = lambda r, s: (  # noqa: E731
+            f"index {int(index[r, s])} (logit {got[r, s]:.6g}) where the reference has "
+            f"{int(sub.index[r, s])} (logit {want[r, s]:.6g})"
+        )  # another logit (for "rounded": beyond what rounding merges)
+        found += _found("wrong_topk", ~slot.index_ok, describe, rows)
+        if variant.lowest_index_ties:
             lowest = lambda r, s: (  # noqa: E731
                 f"index {int(index[r, s])}, the lowest index of the tie is {int(sub.index[r, s])}"
             )
-            found.append(("wrong_tie", _example(tie, lowest, rows)))
+            found += _found("wrong_tie", (index != sub.index) & slot.tie, lowest, rows)
         if variant.accuracy in JUDGED_PROBABILITIES:
             nan = ~torch.isfinite(p) & torch.isfinite(slot.truth)
-            off = ~nan & ~slot.p_ok
             describe = lambda r, s: f"topk_p {p[r, s]:.6g} where softmax is {slot.truth[r, s]:.6g}"  # noqa: E731
-            if bool(nan.any()):
-                found.append(("nan_prob", _example(nan, describe, rows)))
-            if bool(off.any()):
-                limit = (
-                    f"{variant.accuracy}: within {parity.tolerance(variant.accuracy, logits.dtype)[0]:.2g}"
-                )
-                found.append(("wrong_prob", f"{_example(off, describe, rows)} ({limit} relative)"))
+            found += _found("nan_prob", nan, describe, rows)
+            limit = f"{variant.accuracy}: within {parity.tolerance(variant.accuracy, logits.dtype)[0]:.2g}"
+            found += _found("wrong_prob", ~nan & ~slot.p_ok, describe, rows, f" ({limit} relative)")
     if not found:
         return PASS
     found.sort(key=lambda item: list(FINDINGS).index(item[0]))

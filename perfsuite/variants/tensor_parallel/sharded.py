@@ -1,18 +1,11 @@
-"""The merge-partials variants: each rank summarises its columns in a partial, one small all-gather, an exact
-merge on every rank; `sharded_torch` with torch ops, `sharded_triton` with the split kernel's two stages.
-
-A rank's partial of a row: max `m`, `s = sum(exp(x - m))`, its top-k values and global indices. Softmax is
-exact from these: `M = max_r m_r`, `S = sum_r s_r * exp(m_r - M)`, and the global top-k is the best k of
-the ranks' candidates in the suite's order (descending logit, lowest index first), `topk_p = exp(v - M) / S`.
-All-gathering `B x parts x (2 + 2k)` numbers per rank replaces all-gathering `B x V / tp` logits.
-
-Wire format: int32 `[B, parts, 2 + 2k]`: fp32 bits of (max, sum-exp, k values), then k int32 global
-indices. Empty slots (a part narrower than k, a rank without columns) hold value -inf and index -1.
+"""The merge-partials variants: each rank's partials, one small all-gather, an exact merge on every rank
+(`sharded_torch`: torch ops; `sharded_triton`: the split kernel's stages). Format: docs/tensor-parallel.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -20,13 +13,11 @@ import torch.nn.functional as F
 from perfsuite import variants
 from perfsuite.kernels import availability
 from perfsuite.kernels import plan as plans
-from perfsuite.variants.base import Availability, Traffic, always_available, ideal_traffic
+from perfsuite.variants.base import Traffic, ideal_traffic
 from perfsuite.variants.ordering import canonical_order, topk_lowest_index
 from perfsuite.variants.tensor_parallel.tp_base import Local, TPVariant, VocabSlice, padded_width
 
-WIRE_BYTES = 4
-"""Every number of a partial travels as 32 bits: fp32 max, sum and values, int32 global column."""
-EMPTY_INDEX = -1
+WIRE_BYTES = 4  # every number of a partial travels as 32 bits: fp32 max, sum and values, int32 column
 _SORT_LAST = 2**62  # empty slots sort after every real candidate, including -inf ones
 
 
@@ -38,18 +29,17 @@ def wire_bytes(batch: int, k: int, parts: int = 1) -> int:
 def pack(
     row_max: torch.Tensor, sumexp: torch.Tensor, values: torch.Tensor, index: torch.Tensor, k: int, parts: int
 ) -> torch.Tensor:
-    """Wire `[B, parts, 2 + 2k]` from `[B, P]` max / sum-exp and `[B, P, kk]` values / global indices;
-    slots past `kk` and parts past `P` are empty (ranks must send equal shapes): max -inf, sum-exp 0."""
+    """int32 wire `[B, parts, 2 + 2k]` from `[B, P]` max / sum-exp and `[B, P, kk]` values / indices;
+    slots past `kk` and parts past `P` are empty (max and values -inf, sum-exp 0, index -1)."""
     n, kk = values.shape[1:]
     floats = torch.cat([row_max.float()[..., None], sumexp.float()[..., None], values.float()], dim=-1)
     floats = F.pad(floats, (0, k - kk, 0, parts - n), value=float("-inf"))
     floats[:, n:, 1] = 0.0
-    index = F.pad(index.to(torch.int32), (0, k - kk, 0, parts - n), value=EMPTY_INDEX)
+    index = F.pad(index.to(torch.int32), (0, k - kk, 0, parts - n), value=-1)
     return torch.cat([floats.view(torch.int32), index], dim=-1)
 
 
 def empty_wire(batch: int, parts: int, k: int, device: torch.device) -> torch.Tensor:
-    """Partials of no columns: every part empty."""
     none = torch.empty((batch, 0), device=device)
     return pack(none, none, none[..., None], none[..., None].long(), k, parts)
 
@@ -62,11 +52,8 @@ def unpack(wire: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 
 def torch_wire(logits: torch.Tensor, k: int, shard: VocabSlice) -> torch.Tensor:
-    """One part per row over a rank's `[B, w]` columns, with torch ops: wire `[B, 1, 2 + 2k]`.
-
-    Top-k of the logits (lowest index first), max = the first value (NaN when the row holds one), and
-    `sum(exp(x - max))` in fp32 (0 for an all -inf shard, NaN with a NaN or +inf).
-    """
+    """One part per row, torch ops: top-k (lowest index first), max = its first value (NaN when the row
+    holds one), `sum(exp(x - max))` in fp32 (0 for an all -inf shard, NaN with a NaN or +inf)."""
     if shard.width == 0:
         return empty_wire(logits.shape[0], 1, k, logits.device)
     values, index = topk_lowest_index(logits, min(k, shard.width))
@@ -77,11 +64,8 @@ def torch_wire(logits: torch.Tensor, k: int, shard: VocabSlice) -> torch.Tensor:
 
 
 def torch_merge(wire: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact `(topk_p, topk_index)` from `[B, n, 2 + 2k]` partials of disjoint column ranges, torch ops.
-
-    NaN semantics follow torch: a NaN or +inf anywhere in the row makes its `topk_p` NaN, an all -inf
-    row gives NaN; indices are real columns (NaN ranks first, then by value, lowest index on ties).
-    """
+    """Exact `(topk_p, topk_index)` from `[B, n, 2 + 2k]` partials of disjoint column ranges, torch ops:
+    a NaN or +inf in the row, or an all -inf row, gives NaN `topk_p`; indices are real columns."""
     row_max, sumexp, values, index = unpack(wire)
     top = row_max.max(dim=1, keepdim=True).values  # NaN when a part saw a NaN
     scale = torch.exp(row_max - top).masked_fill(row_max == float("-inf"), 0.0)
@@ -98,11 +82,6 @@ def rank_plan(
     return plans.split_plan(batch, padded_width(vocab, tp), k, plans.hardware(device), element_size)
 
 
-def triton_parts(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> int:
-    """Parts per row of a rank's wire: the splits of this device's plan."""
-    return rank_plan(batch, vocab, k, tp, dtype.itemsize).n_splits
-
-
 def triton_wire(logits: torch.Tensor, k: int, shard: VocabSlice) -> torch.Tensor:
     """`row_partials` over the rank's columns (`index_offset` = its first column), packed to the wire."""
     from perfsuite.kernels import topk_softmax
@@ -116,51 +95,46 @@ def triton_wire(logits: torch.Tensor, k: int, shard: VocabSlice) -> torch.Tensor
 
 
 def triton_merge(wire: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`merge_partials` over every rank's parts (lowest index first)."""
     from perfsuite.kernels import topk_softmax
 
     return topk_softmax.merge_partials(topk_softmax.Partials(*unpack(wire)), k)
 
 
 def torch_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> Traffic:
-    """The identity's passes over the rank's slice (top-k, fp32 exp temporary, sum), then the partials:
-    packed, gathered from tp ranks, interleaved and merged into the outputs."""
+    """The identity's passes over the rank's slice, then the partials: packed, gathered from tp ranks,
+    interleaved and merged into the outputs."""
     wire = wire_bytes(batch, k)
     local = variants.get("identity").traffic(batch, padded_width(vocab, tp), k, dtype)
     return local + Traffic(2 * wire + 2 * tp * wire, wire + 2 * tp * wire + batch * k * 12)
 
 
 def triton_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> Traffic:
-    """One read of the rank's slice and the outputs, plus the partials (plan for this device), each byte
-    read once and written once: written by stage 1, packed, gathered from tp ranks, interleaved and
-    unpacked, read by the merge."""
-    parts = triton_parts(batch, vocab, k, dtype, tp)
+    """One read of the slice and the outputs, plus the partials, each byte read and written once: by stage
+    1, packed, gathered from tp ranks, interleaved and unpacked, read by the merge."""
+    parts = rank_plan(batch, vocab, k, tp, dtype.itemsize).n_splits
     part, wire = plans.partial_bytes(batch, parts, k), wire_bytes(batch, k, parts)
     moved = part + wire + 2 * tp * wire + tp * part
     return ideal_traffic(batch, padded_width(vocab, tp), k, dtype) + Traffic(moved, moved)
 
 
-def sharded_variant(
-    name: str,
-    wire: Callable[[torch.Tensor, int, VocabSlice], torch.Tensor],
-    merge: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
-    traffic: Callable[[int, int, int, torch.dtype, int], Traffic],
-    parts: Callable[[int, int, int, torch.dtype, int], int],
-    available: Availability = always_available,
-) -> TPVariant:
-    """Each rank's `wire`, all-gathered, `merge`d by every rank; (tp - 1) ranks' `parts` partials arrive."""
-
-    def select(local: Local, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        gathered = local.group.all_gather(wire(local.logits, k, local.shard))  # [tp, B, parts, 2 + 2k]
-        return merge(gathered.transpose(0, 1).flatten(1, 2), k)  # ranks in column order
-
-    def comm_bytes(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> int:
-        return (tp - 1) * wire_bytes(batch, k, parts(batch, vocab, k, dtype, tp))
-
-    return TPVariant(name, select, "exact", traffic, comm_bytes, available)
+def merged(wire: Callable, merge: Callable, local: Local, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each rank's `wire`, all-gathered, `merge`d by every rank."""
+    gathered = local.group.all_gather(wire(local.logits, k, local.shard))  # [tp, B, parts, 2 + 2k]
+    return merge(gathered.transpose(0, 1).flatten(1, 2), k)  # ranks in column order
 
 
-SHARDED_TORCH = sharded_variant("sharded_torch", torch_wire, torch_merge, torch_traffic, lambda *_: 1)
-SHARDED_TRITON = sharded_variant(
-    "sharded_triton", triton_wire, triton_merge, triton_traffic, triton_parts, availability
+def torch_comm(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> int:
+    return (tp - 1) * wire_bytes(batch, k)
+
+
+def triton_comm(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> int:
+    return (tp - 1) * wire_bytes(batch, k, rank_plan(batch, vocab, k, tp, dtype.itemsize).n_splits)
+
+
+SHARDED_TORCH = TPVariant(
+    "sharded_torch", partial(merged, torch_wire, torch_merge), "exact", torch_traffic, torch_comm
+)
+TRITON_SELECT = partial(merged, triton_wire, triton_merge)
+SHARDED_TRITON = TPVariant(
+    "sharded_triton", TRITON_SELECT, "exact", triton_traffic, triton_comm, availability
 )
