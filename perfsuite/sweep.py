@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.cases.protocol import SAMPLES
+from perfsuite.cases.protocol import REF_SAMPLES, SAMPLES
 from perfsuite.core import kinds, machine
 from perfsuite.core.console import utc_now
 from perfsuite.core.settings import apply_threads
@@ -22,7 +22,7 @@ from perfsuite.measure.device import DeviceInfo, detect
 from perfsuite.measure.environment import environment, gpu_state
 from perfsuite.results import run_dir, sweep_shards
 from perfsuite.results.columns import FORMAT_COLUMN, FORMAT_VERSION, add_speedups
-from perfsuite.results.read import read_manifest
+from perfsuite.results.read import SAMPLES_FILE, read_manifest
 from perfsuite.results.run import Run, load_run
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 from perfsuite.scenario.load import Scenario
@@ -66,93 +66,79 @@ def run_scenario(
     # every kind's cases, in run order, each kind's table checked before the folder is touched
     every = [(kind, case) for kind in kinds.KINDS for case in kind.cases_of(scenario)]
     with run_dir.claimed(out_dir):
-        return _run(scenario, every, out_dir, resume, progress, counters, only, label, shard)
+        apply_threads(scenario.timing.threads)  # the rows record the threads in effect (environment)
+        info = detect(scenario.device)
+        settings = run_dir.settings_of(scenario, info.name)
+        key = run_dir.fingerprint(settings)
+        earlier = read_manifest(out_dir, check=False)
+        if resume:
+            run_dir.check_resume_shard(out_dir, earlier, shard)
+        notes: list[str] = []
+        opened, kept = _open_logs(out_dir, resume, earlier, settings, notes)
+        if resume:
+            label = str((earlier or {}).get("label") or label or run_dir.new_label(info.name))
+        label = label or run_dir.new_label(info.name)
+        logs = dict(zip(run_dir.logs(), opened, strict=True))
+        samples_log = logs[SAMPLES_FILE]
+        done = {
+            name: {str(r["case_id"]) for r in rows} for name, rows in zip(run_dir.logs(), kept, strict=True)
+        }
+        usage = machine.CpuUse()
+        env = environment(info, scenario.name, run=label, settings=key)
+        manifest = {
+            "label": label,
+            "settings_fingerprint": key,
+            "settings": settings,
+            "scenario_file": scenario.source,
+            "started": (earlier or {}).get("started") if resume else utc_now(),
+            "constants": {**env, FORMAT_COLUMN: FORMAT_VERSION},  # the run columns (columns.RUN_COLUMNS)
+            "start": {"load_avg": usage.load_start, "gpu": gpu_state(info)},
+        }
+        if shard is not None:
+            manifest["shard"] = {"index": shard.index, "count": shard.count}
+        run_dir.write_manifest(out_dir, manifest)
+        for name in kinds.logs():  # the kinds' rows leave the run's columns to run.json
+            logs[name].constants = manifest["constants"]
+        chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
+        units = {kind.name: kind.part("unit") for kind in kinds.KINDS}  # a shard takes whole units
+        mine = sweep_shards.select(every, lambda pair: (pair[0].name, units[pair[0].name](pair[1])), shard)
+        todo: dict[str, list] = {kind.name: [] for kind in kinds.KINDS}
+        for kind, case in mine:
+            if case.case_id not in done[kind.log] and chosen(case.case_id):
+                todo[kind.name].append(case)
+        collector = None
+        if counters:
+            from perfsuite.tools.counters import CounterCollector
 
-
-def _run(
-    scenario: Scenario,
-    every: list[tuple[kinds.CaseKind, object]],
-    out_dir: Path,
-    resume: bool,
-    progress: bool,
-    counters: bool,
-    only: str | None,
-    label: str | None,
-    shard: sweep_shards.Shard | None,
-) -> RunOutcome:
-    apply_threads(scenario.timing.threads)  # the rows record the threads in effect (environment)
-    info = detect(scenario.device)
-    settings = run_dir.settings_of(scenario, info.name)
-    key = run_dir.fingerprint(settings)
-    earlier = read_manifest(out_dir, check=False)
-    if resume:
-        run_dir.check_resume_shard(out_dir, earlier, shard)
-    notes: list[str] = []
-    opened, kept = _open_logs(out_dir, resume, earlier, settings, notes)
-    if resume:
-        label = str((earlier or {}).get("label") or label or run_dir.new_label(info.name))
-    label = label or run_dir.new_label(info.name)
-    logs = dict(zip(run_dir.logs(), opened, strict=True))
-    samples_log = logs[run_dir.SAMPLES_LOG]
-    done = {
-        name: {str(row["case_id"]) for row in rows} for name, rows in zip(run_dir.logs(), kept, strict=True)
-    }
-    usage = machine.CpuUse()
-    env = environment(info, scenario.name, run=label, settings=key)
-    manifest = {
-        "label": label,
-        "settings_fingerprint": key,
-        "settings": settings,
-        "scenario_file": scenario.source,
-        "started": (earlier or {}).get("started") if resume else utc_now(),
-        "constants": {**env, FORMAT_COLUMN: FORMAT_VERSION},  # the run columns (columns.RUN_COLUMNS)
-        "start": {"load_avg": usage.load_start, "gpu": gpu_state(info)},
-    }
-    if shard is not None:
-        manifest["shard"] = {"index": shard.index, "count": shard.count}
-    run_dir.write_manifest(out_dir, manifest)
-    for name in kinds.logs():  # the kinds' rows leave the run's columns to run.json
-        logs[name].constants = manifest["constants"]
-    chosen = (lambda case_id: fnmatch.fnmatchcase(case_id, only)) if only else (lambda case_id: True)
-    units = {kind.name: kind.part("unit") for kind in kinds.KINDS}  # a shard takes whole units
-    mine = sweep_shards.select(every, lambda pair: (pair[0].name, units[pair[0].name](pair[1])), shard)
-    todo: dict[str, list] = {kind.name: [] for kind in kinds.KINDS}
-    for kind, case in mine:
-        if case.case_id not in done[kind.log] and chosen(case.case_id):
-            todo[kind.name].append(case)
-    collector = None
-    if counters:
-        from perfsuite.tools.counters import CounterCollector
-
-        collector = CounterCollector(info, scenario.source, out_dir / "counters")
-    context = kinds.KindRun(scenario, info, env, out_dir, progress, collector)
-    interrupted = False
-    try:
-        for kind in kinds.KINDS:
-            for row in kind.run_cases(todo[kind.name], context):
-                _log_row(row, logs[kind.log], samples_log)
-    except KeyboardInterrupt:
-        interrupted = True
-    other, load_end = usage.overall(), machine.load_average()
-    shared = machine.sharing_note(other, usage.load_start, load_end)
-    if shared:
-        _note(notes, shared)
-    manifest.update(
-        finished=utc_now(),
-        interrupted=interrupted,
-        end={"load_avg": load_end, "other_cores": other, "gpu": gpu_state(info)},
-        notes=notes,
-    )
-    run_dir.write_manifest(out_dir, manifest)
-    state = {
-        "load average (start, end)": f"{usage.load_start:.2f}, {load_end:.2f}",
-        "other processes' cores (run average)": f"{other:.2f}",
-        **{f"gpu at the {when}": _gpu_text(manifest[when]["gpu"]) for when in ("start", "end")},
-    }
-    if shard is not None:
-        counts = Counter(kind.name for kind, _ in mine)
-        state["shard"] = f"{shard} ({', '.join(f'{counts[k.name]} {k.name} cases' for k in kinds.KINDS)})"
-    return finish(scenario, out_dir, logs, info, {**env, **state}, interrupted, notes)
+            collector = CounterCollector(info, scenario.source, out_dir / "counters")
+        context = kinds.KindRun(scenario, info, env, out_dir, progress, collector)
+        interrupted = False
+        try:
+            for kind in kinds.KINDS:
+                for row in kind.run_cases(todo[kind.name], context):
+                    _log_row(row, logs[kind.log], samples_log)
+        except KeyboardInterrupt:
+            interrupted = True
+        other, load_end = usage.overall(), machine.load_average()
+        shared = machine.sharing_note(other, usage.load_start, load_end)
+        if shared:
+            notes.append(shared)
+        manifest.update(
+            finished=utc_now(),
+            interrupted=interrupted,
+            end={"load_avg": load_end, "other_cores": other, "gpu": gpu_state(info)},
+            notes=notes,
+        )
+        run_dir.write_manifest(out_dir, manifest)
+        state = {
+            "load average (start, end)": f"{usage.load_start:.2f}, {load_end:.2f}",
+            "other processes' cores (run average)": f"{other:.2f}",
+            **{f"gpu at the {when}": _gpu_text(manifest[when]["gpu"]) for when in ("start", "end")},
+        }
+        if shard is not None:
+            counts = Counter(kind.name for kind, _ in mine)
+            state["shard"] = f"{shard} ({', '.join(f'{counts[k.name]} {k.name} cases' for k in kinds.KINDS)})"
+        return finish(scenario, out_dir, logs, info, {**env, **state}, interrupted, notes)
 
 
 def _gpu_text(state: dict[str, object]) -> str:
@@ -166,7 +152,10 @@ def _open_logs(
     checking they were written with these settings), else none (an earlier run's files are put aside)."""
     logs = [ResultsLog(out_dir / name) for name in run_dir.logs()]
     if resume:
-        kept = [_resumable(log, notes) for log in logs]
+        kept = []
+        for log in logs:  # every row but errors (retried); lines that are not rows are dropped, and said
+            kept.append([row for row in log.read() if row.get("status") != "error"])
+            notes.extend(log.dropped)
         row_logs = [rows for name, rows in zip(run_dir.logs(), kept, strict=True) if name in kinds.logs()]
         run_settings = ((earlier or {}).get("constants") or {}).get("settings")  # rows leave it to run.json
         logged = {str(row.get("settings") or run_settings or "") for rows in row_logs for row in rows}
@@ -174,7 +163,7 @@ def _open_logs(
     else:
         moved = run_dir.put_aside(out_dir)
         if moved:
-            _note(notes, f"{out_dir} held an earlier run: its files moved to {moved}")
+            notes.append(f"{out_dir} held an earlier run: its files moved to {moved}")
         kept = [[] for _ in logs]
     if not (earlier or {}).get("constants"):  # rows of a format before 4 state theirs; format 1 none
         kept = [[{FORMAT_COLUMN: 1, **row} for row in rows] for rows in kept]
@@ -184,8 +173,6 @@ def _open_logs(
 
 
 def _log_row(row: dict[str, object], log: ResultsLog, samples_log: ResultsLog) -> None:
-    from perfsuite.cases.protocol import REF_SAMPLES
-
     seconds = row.pop(SAMPLES, None)
     reference = row.pop(REF_SAMPLES, None)  # the in-turn reference's samples, the same rounds
     if seconds:
@@ -194,19 +181,6 @@ def _log_row(row: dict[str, object], log: ResultsLog, samples_log: ResultsLog) -
             entry["ref_seconds"] = reference
         samples_log.append(entry)
     log.append(row)
-
-
-def _resumable(log: ResultsLog, notes: list[str]) -> list[dict[str, object]]:
-    """The rows a resumed run keeps: all but errors (retried) and lines that are not rows (dropped, said)."""
-    rows = log.read()
-    for text in log.dropped:
-        _note(notes, text)
-    return [row for row in rows if row.get("status") != "error"]
-
-
-def _note(notes: list[str], text: str) -> None:
-    """A warning for the end of the console output and the top of the report."""
-    notes.append(text)
 
 
 def finish(
@@ -226,7 +200,7 @@ def finish(
     frame = add_speedups(to_frame(log.read(), run=False), only_missing=True)
     csv_path, json_path = write_tables(frame, out_dir)
     files = {"jsonl": log.path, "csv": csv_path, "json": json_path}
-    samples = logs[run_dir.SAMPLES_LOG].path
+    samples = logs[SAMPLES_FILE].path
     if samples.exists() and samples.stat().st_size:
         files["samples"] = samples
     for name in others:

@@ -112,7 +112,8 @@ def perfsuite_run(scenario: str, out: Path, only: str | None, *harness: str) -> 
 def compare(base: Path, new: Path, fail_on: str, table: Path, code: Path = ROOT) -> tuple[int, str]:
     """`perfsuite compare BASE NEW --fail-on X --csv TABLE` with the code at `code` (run there, so that its
     package is the one imported): its exit code and its drift line."""
-    paths = [str(p.resolve()) for p in (base, new)]
+    runs = (base, new) if code == ROOT else (as_format3(base), as_format3(new))
+    paths = [str(p.resolve()) for p in runs]
     command = [sys.executable, "-m", "perfsuite", "compare", *paths, "--fail-on", fail_on]
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run(
@@ -122,6 +123,23 @@ def compare(base: Path, new: Path, fail_on: str, table: Path, code: Path = ROOT)
         sys.exit(f"compare failed ({code}):\n{done.stderr[-2000:]}")
     drift = [line for line in done.stdout.splitlines() if line.startswith(("drift:", "all "))]
     return done.returncode, drift[0] if drift else ""
+
+
+def as_format3(run: Path) -> Path:
+    """A copy of a run folder in result format 3, for a checkout from before format 4 (`--old-code`): its
+    rows with the run constants of `run.json` joined back and the float64 columns under their old names,
+    beside its samples (RUN-format3, made once)."""
+    from perfsuite.results import columns
+    from perfsuite.results.run import load_run
+
+    copy = run.with_name(f"{run.name}-format3")
+    if not copy.exists():
+        copy.mkdir()
+        old_names = {new: old for old, new in columns.RENAMED.items()}
+        frame = load_run([run]).frame.rename(columns=old_names).assign(format_version=3)
+        frame.to_csv(copy / "results.csv", index=False)
+        (copy / "samples.jsonl").write_bytes((run / "samples.jsonl").read_bytes())
+    return copy
 
 
 def stable(run: Path) -> set[str]:

@@ -1,16 +1,11 @@
 """One way to run a case, whatever its kind (a kernel call, a tensor-parallel call, a draft cycle).
 
-A `CaseRunner` names the columns that identify a case, says why the case cannot run here (decided before
-anything is allocated) and measures it: prepares the call, checks its parity, times it, and returns the
-row's figures. `run_case` is the one failure shell around them: the row of a skipped, measured or broken
-case (out of memory is a skip, anything else an error), stamped; a broken case never stops a sweep.
-
-A `PairedRunner` prepares cases without timing them, so `run_in_turn` can sample the cases of one shape
-in turn and give each its speedup as a ratio of samples taken in the same seconds (`timing.paired_ratio`).
-A group may bring a `InTurnReference` (kernel cases: an exp of the case's logits, and a copy of them for the
-in-turn copy rate), more samplers in the turn: each row gets their figures and the row's time over the
-first, round by round, so `perfsuite compare` can judge every variant, the baseline included, against a
-workload sampled in the same seconds.
+A `CaseRunner` identifies a case, says why it cannot run here (before anything is allocated) and measures
+it. `run_case` is the one failure shell around them: out of memory is a skip, anything else an error row;
+a broken case never stops a sweep. A `PairedRunner` prepares cases untimed, so `run_in_turn` can sample
+the cases of one shape in turn: each speedup is a ratio of samples taken in the same seconds, and an
+`InTurnReference` sampled with them lets `perfsuite compare` judge every variant against a workload
+sampled in the same seconds.
 """
 
 from __future__ import annotations
@@ -53,8 +48,7 @@ def run_case(runner: CaseRunner[CaseT], case: CaseT) -> dict[str, object]:
     row = runner.identify(case)
     since = machine.snapshot()
     try:
-        reason = runner.skip_reason(case)
-        if reason:
+        if reason := runner.skip_reason(case):
             row.update(status="skipped", reason=reason)
         else:
             row.update(runner.measure(case))
@@ -81,18 +75,14 @@ class PairedRunner(CaseRunner[CaseT], Protocol):
         ...
 
 
-SAMPLES = "sample_seconds"
-"""The row key that carries a measured case's raw samples (seconds) to the run's samples log."""
-REF_SAMPLES = "ref_sample_seconds"
-"""The row key that carries the in-turn reference's raw samples (seconds, the same rounds as `SAMPLES`):
-the first of its workloads, the one rows are judged against."""
+SAMPLES = "sample_seconds"  # the row key carrying a measured case's raw samples (s) to the samples log
+REF_SAMPLES = "ref_sample_seconds"  # the same for the in-turn reference's first workload, same rounds
 
 
 @dataclass
 class InTurnReference:
-    """Fixed workloads sampled in turn with the cases of a group: their samplers (the first is the one a
-    row is judged against), and the columns they give a row from (each workload's samples, the row's
-    samples, the row's figures so far)."""
+    """Fixed workloads sampled in turn with a group's cases (the first sampler is what rows are judged
+    against), and the columns they give a row from (their samples, the row's samples, its figures)."""
 
     samplers: tuple[timing.Sampler, ...]
     figures: Callable[[Sequence[timing.Samples], timing.Samples, dict[str, object]], dict[str, object]]
@@ -105,12 +95,10 @@ def run_in_turn(
     baseline: int | None = None,
     reference: Callable[[], InTurnReference | None] | None = None,
 ) -> list[dict[str, object]]:
-    """The rows of cases of one shape, sampled in turn (`timing.measure_in_turn`); `baseline`: the index
-    of the case the others' speedups are paired against; `reference`: makes the group's `InTurnReference`
-    once its cases are prepared (None, or raising: the group goes without). The reference shares the
-    group's time budget (`measure_each`'s `budgeted`). A case that cannot run or breaks gets its row; if
-    one breaks while sampled, the others are timed alone (their speedups then come from medians, and no
-    row gets the reference)."""
+    """The rows of cases of one shape, sampled in turn; `baseline`: the index of the case the speedups
+    are paired against; `reference`: makes the group's `InTurnReference` once its cases are prepared
+    (None, or raising: the group goes without), sharing the group's time budget. If a case breaks while
+    sampled, the others are timed alone (speedups from medians, no reference figures)."""
     rows = [runner.identify(case) for case in cases]
     ready: dict[int, ReadyCase] = {}
     ref: InTurnReference | None = None
@@ -118,20 +106,21 @@ def run_in_turn(
     try:
         for i, case in enumerate(cases):
             try:
-                reason = runner.skip_reason(case)
-                if reason:
+                if reason := runner.skip_reason(case):
                     rows[i].update(status="skipped", reason=reason)
                 else:
                     ready[i] = runner.prepare_timed(case)
             except Exception as exc:  # one broken case must not stop the others
                 rows[i].update(failure(exc))
-        ref = _reference(reference) if ready else None
+        try:  # a group without its reference is still measured (out of memory, ...)
+            ref = reference() if reference and ready else None
+        except Exception:
+            ref = None
         guards = [_Guarded(s) for s in ref.samplers] if ref else []
         samplers = [t.sampler for t in ready.values()] + guards
         measured = timing.measure_each(samplers, settings, budgeted=len(ready)) if ready else []
         paired = all(isinstance(m, timing.Samples) for m in measured)  # all in turn (reference too)
-        ref_samples = measured[len(ready) :]
-        measured = measured[: len(ready)]
+        measured, ref_samples = measured[: len(ready)], measured[len(ready) :]
         samples: dict[int, timing.Samples] = {}
         for i, outcome in zip(ready, measured, strict=True):
             if isinstance(outcome, BaseException):
@@ -166,16 +155,6 @@ def run_in_turn(
         runner.release()
     finished = stamp(since)
     return [{**row, **finished} for row in rows]
-
-
-def _reference(make: Callable[[], InTurnReference | None] | None) -> InTurnReference | None:
-    """The group's reference, or None where there is none or it cannot be made (out of memory, ...)."""
-    if make is None:
-        return None
-    try:
-        return make()
-    except Exception:  # a group without its reference is still measured (compare: today's rule)
-        return None
 
 
 class _Guarded(timing.Sampler):

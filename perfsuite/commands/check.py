@@ -22,7 +22,6 @@ HELP = "the conformance battery on selectors: edge shapes, non-finite rows, ties
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = " ".join(__doc__.split())
     parser.add_argument(
         "selector", nargs="+", help="variant name, package.module:function or entry-point name"
     )

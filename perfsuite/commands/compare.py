@@ -24,14 +24,11 @@ AFTER = (
 )
 
 
-def description() -> str:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     from perfsuite.compare.rule import DECISION_TABLE
 
-    return f"{textwrap.fill(BEFORE, 100)}\n\n{DECISION_TABLE}\n\n{textwrap.fill(AFTER, 100)}"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description, parser.formatter_class = description(), argparse.RawDescriptionHelpFormatter
+    parser.description = f"{textwrap.fill(BEFORE, 100)}\n\n{DECISION_TABLE}\n\n{textwrap.fill(AFTER, 100)}"
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("base", help="results of the reference run")
     parser.add_argument("new", help="results of the run to judge")
     parser.add_argument(

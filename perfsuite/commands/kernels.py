@@ -21,7 +21,6 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = " ".join(__doc__.split())
     parser.add_argument("scenario")
     parser.add_argument(
         "--target",

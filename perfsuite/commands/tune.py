@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.commands import EXIT_INTERRUPTED, EXIT_OK, UsageError, scenario_of
+from perfsuite.commands import EXIT_INTERRUPTED, EXIT_OK, UsageError, scenario_arguments, scenario_of
 
 NAME = "tune"
 HELP = (
@@ -19,8 +19,6 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from perfsuite.commands import scenario_arguments
-
     scenario_arguments(parser, out="table JSON (default perfsuite/kernels/tuned/<device>.json)")
     parser.add_argument("--csv", help="every candidate's times (default: the table's name with .csv)")
 

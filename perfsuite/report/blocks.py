@@ -110,10 +110,11 @@ def guard(name: str, build: Callable[[], Block | list[Block]]) -> list[Block]:
 
 
 def guarded_section(
-    section_id: str, title: str, frame: pd.DataFrame | None, build: Callable[[pd.DataFrame], Section | None]
+    section_id: str, title: str, build: Callable[..., Section | None], frame: pd.DataFrame | None, *_: object
 ) -> list[Section]:
     """The section `build` makes of `frame` as a list: empty without rows (or when `build` gives None), a
-    note in its place when it breaks (a broken section must not cost the whole report)."""
+    note in its place when it breaks (a broken section must not cost the whole report). Bound to a section
+    (`partial`), a case kind's `kind_sections(frame, samples)` (`core.kinds`; the samples unused)."""
     if frame is None or frame.empty:
         return []
     try:

@@ -103,16 +103,6 @@ def _shift_plot(table: pd.DataFrame, threshold: float, title: str) -> go.Figure:
     return fig
 
 
-def _cases(comparison: Comparison) -> Table:
-    rows = [
-        [str(rec["case"]), *_cells(rec), Cell(rec["outcome"], OUTCOME_CSS.get(rec["outcome"], "")),
-         Cell(rec["check"], OUTCOME_CSS.get(rec["check"], ""), rec["new_reason"] if rec["check"] else "")]
-        for _, rec in comparison.table.iterrows()
-    ]  # fmt: skip
-    caption = f"Failing cases first, then by outcome and shift. {WITNESS_NOTE}."
-    return Table([c.replace("us", "µs") for c in COLUMNS], rows, caption, css="compact")
-
-
 def build_compare_page(comparison: Comparison, out_path: str | Path, title: str = TITLE) -> Path:
     """Write the comparison as one self-contained HTML page; return its path."""
     failing_now = len(comparison.failures)
@@ -126,7 +116,14 @@ def build_compare_page(comparison: Comparison, out_path: str | Path, title: str 
     notes = [Note(verdict), Note(summary_line(comparison)), Note(drift_line(comparison)), rule]
     sections = [Section("summary", "Verdict", notes, intro=intro)]
     sections += [Section("shifts", "Shifts", [_shift_figure(comparison)])]
-    sections += [Section("cases", "Cases", [_cases(comparison)])]
+    rows = [
+        [str(rec["case"]), *_cells(rec), Cell(rec["outcome"], OUTCOME_CSS.get(rec["outcome"], "")),
+         Cell(rec["check"], OUTCOME_CSS.get(rec["check"], ""), rec["new_reason"] if rec["check"] else "")]
+        for _, rec in comparison.table.iterrows()
+    ]  # fmt: skip
+    caption = f"Failing cases first, then by outcome and shift. {WITNESS_NOTE}."
+    cases = Table([c.replace("us", "µs") for c in COLUMNS], rows, caption, css="compact")
+    sections += [Section("cases", "Cases", [cases])]
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     subtitle = f"{comparison.base_name} → {comparison.new_name}"

@@ -3,7 +3,7 @@ consumer, kernels per cycle, skipped and failed cases; a note in place of what t
 
 from __future__ import annotations
 
-import math
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -26,8 +26,7 @@ UPCAST_LABELS = {"fp32": "fp32 logits", "none": "without upcast"}
 TEXTS = ("device", "dtype", "logits", "variant", "path", "status", "reason", "kernels_unit", "engine_setting")
 MAX_CONFIGS_PER_FIGURE = 40
 HOVER = ("device", "timing", "device_median_us", "kernels_per_cycle")
-NOT_SGLANG = "†"
-"""Marks a configuration SGLang never runs (engine_setting)."""
+NOT_SGLANG = "†"  # marks a configuration SGLang never runs (engine_setting)
 # the parity table's share columns: header, column, the cell's class when a tree differs
 BASE_SHARES = (
     ("tokens differ", "tok_diff_base", "loss"), ("parents differ", "parent_diff_base", "loss"),
@@ -40,11 +39,6 @@ REF_SHARES = (
     ("precision vs float64", "precision_diff_f64", "loss"),
 )  # fmt: skip
 VERDICT_CLASSES = {"tokens differ": "invalid", "scores differ (same tokens)": "differs"}
-
-
-def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
-    """This case kind's part of the report (`core.kinds`): the section of its rows, none without rows."""
-    return blocks.guarded_section(SECTION_ID, TITLE, frame, section)
 
 
 def section(frame: pd.DataFrame | None) -> Section:
@@ -214,18 +208,14 @@ def _kernel_table(ok: pd.DataFrame) -> list[Block]:
     units = ", ".join(sorted({u for u in data["kernels_unit"] if u}))
     present, paths = set(zip(data["variant"], data["path"], strict=True)), ordered(data["path"], PATH_ORDER)
     pairs = [(v, p) for v in dict.fromkeys(data["variant"]) for p in paths if (v, p) in present]
-    rows = []
+    launches = data["launches_per_cycle"]
+    launched = (" (" + launches.map(fmt.scientific) + " launches)").where(launches.notna(), "")
+    data, rows = data.assign(_cell=data["kernels_per_cycle"].map(fmt.scientific) + launched), []
     for config, part in data.groupby("config", sort=False):
         first = part.drop_duplicates(["variant", "path"]).set_index(["variant", "path"])  # a row per cell
-        rows.append([str(config), *(_kernels(first.loc[p]) if p in first.index else fmt.DASH for p in pairs)])
+        rows.append([str(config), *(first.loc[p, "_cell"] if p in first.index else fmt.DASH for p in pairs)])
     caption = f"Per cycle, counted by torch.profiler: {units}."
     return [Table(["config", *(f"{v} / {p}" for v, p in pairs)], rows, caption)]
-
-
-def _kernels(counts: pd.Series) -> str:
-    launches = counts["launches_per_cycle"]
-    launched = "" if math.isnan(launches) else f" ({fmt.scientific(launches)} launches)"
-    return fmt.scientific(counts["kernels_per_cycle"]) + launched
 
 
 def _skipped_table(data: pd.DataFrame) -> list[Block]:
@@ -238,3 +228,7 @@ def _skipped_table(data: pd.DataFrame) -> list[Block]:
         for (status, reason), part in bad.groupby(["status", "reason"], sort=False)
     ]  # fmt: skip
     return [Table(["status", "cases", "paths", "variants", "reason"], rows)]
+
+
+kind_sections = partial(blocks.guarded_section, SECTION_ID, TITLE, section)
+"""This case kind's part of the report (`core.kinds`): the section of its rows, none without rows."""

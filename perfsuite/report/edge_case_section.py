@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
 from perfsuite.report import formatting as fmt
-from perfsuite.report.blocks import Block, Cell, Note, Section, Table, guard
+from perfsuite.report.blocks import Block, Cell, Note, Section, Table, guard, guarded_section
 from perfsuite.report.kernel_context import BASELINE, variant_order
-
-
-def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
-    """The edge-case kind's part of the report (`core.kinds`): its matrix, none without rows."""
-    return [section(frame)] if len(frame) else []
+from perfsuite.results.columns import flag
 
 
 def section(edge_cases: pd.DataFrame) -> Section:
@@ -26,14 +24,16 @@ def section(edge_cases: pd.DataFrame) -> Section:
     return Section("edge-cases", "Edge-case matrix", blocks, intro=intro)
 
 
+kind_sections = partial(guarded_section, "edge-cases", "Edge-case matrix", section)
+"""The edge-case kind's part of the report (`core.kinds`): its matrix, none without rows."""
+
+
 def _edge_case_table(edge: pd.DataFrame) -> list[Block]:
     needed = {"pattern", "variant", "index", "topk_p"}
     if edge.empty or not needed <= set(edge.columns):
         return [Note(f"Edge-case matrix: empty or without the columns {', '.join(sorted(needed))}.")]
-    edge = edge.copy()
-    for column in ("description", "dtype", "topk", "index_valid", "same_as_baseline", "error"):
-        if column not in edge:
-            edge[column] = np.nan
+    optional = ("description", "dtype", "topk", "index_valid", "same_as_baseline", "error")
+    edge = edge.assign(**{column: np.nan for column in optional if column not in edge})
     row_keys = [k for k in ("pattern", "dtype", "topk") if edge[k].notna().any()]
     edge[row_keys] = edge[row_keys].astype(object).where(edge[row_keys].notna(), "-")
     edge["variant"] = edge["variant"].astype(str)
@@ -41,17 +41,13 @@ def _edge_case_table(edge: pd.DataFrame) -> list[Block]:
     variants = variant_order(edge["variant"])
     cells = {(tuple(r[k] for k in row_keys), str(r["variant"])): r for r in edge.to_dict("records")}
     descriptions = edge.groupby("pattern", sort=False)["description"].first()
-    rows = []
-    has_description = bool(edge["description"].notna().any())
+    described = ["description"] if edge["description"].notna().any() else []  # a column after the pattern
+    rows: list[list[Cell | str]] = []
     for key in dict.fromkeys(tuple(r) for r in edge[row_keys].itertuples(index=False, name=None)):
-        row: list[Cell | str] = [fmt.number(v) for v in key]
-        if has_description:
-            row.insert(1, fmt.number(descriptions.get(key[0])))
-        row += [_edge_cell(cells.get((key, v))) for v in variants]
-        rows.append(row)
-    columns = [*row_keys, *variants]
-    if has_description:
-        columns.insert(1, "description")
+        about = [fmt.number(descriptions.get(key[0])) for _ in described]
+        row = [*map(fmt.number, key[:1]), *about, *map(fmt.number, key[1:])]
+        rows.append([*row, *(_edge_cell(cells.get((key, v))) for v in variants)])
+    columns = [*row_keys[:1], *described, *row_keys[1:], *variants]
     return [*notes, Table(columns, rows, f"{len(rows)} inputs × {len(variants)} variants.", css="matrix")]
 
 
@@ -75,13 +71,8 @@ def _edge_cell(rec: dict | None) -> Cell:
         return Cell(f"error: {first if len(first) <= 60 else first[:59] + '…'}", "error", error)
     index, p = fmt.number(rec.get("index")), fmt.number(rec.get("topk_p"))
     text = f"{index} / {p}" if len(index) + len(p) < 28 else f"{index} /\n{p}"
-    if _truthy(rec.get("index_valid")) is False:
+    if flag(rec.get("index_valid")) is False:
         return Cell(text, "invalid", "index outside [0, V)")
-    if _truthy(rec.get("same_as_baseline")) is False:
+    if flag(rec.get("same_as_baseline")) is False:
         return Cell(text, "differs", f"differs from {BASELINE}")
     return Cell(text)
-
-
-def _truthy(value: object) -> bool | None:
-    """A typed boolean cell: None where unknown."""
-    return None if value is None or value is pd.NA or fmt.is_nan(value) else bool(value)

@@ -1,12 +1,7 @@
-"""One self-contained HTML report from result rows: warnings, summary, plots, parity, the logits' shape,
-tensor parallel, draft loop, edge cases, skips, full table and environment.
-
-Each case kind (`perfsuite.core.kinds`) names the function that draws its sections from its rows
-(`kernel_sections`, `tp_section`, `draft_section`); the edge cases, skips, full table and environment
-follow. Sections are built from the blocks of `perfsuite.report.blocks` and the page is rendered by
-`perfsuite.report.page`.
-plotly is imported only where a figure is built: without it (`plots_available()` says why) every table is
-still written, each figure becomes a note and the page says at the top how to get the plots.
+"""One self-contained HTML report from result rows (`build_report`): warnings, then each case kind's sections
+(`perfsuite.core.kinds`), skips, the full table and the environment, rendered by `perfsuite.report.page`.
+plotly is imported only where a figure is built: without it every table is still written, each figure
+becomes a note and the page says at the top how to get the plots (`plots_available()`).
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ from perfsuite.report import kernel_sections
 from perfsuite.report.blocks import Note, Section
 from perfsuite.report.kernel_context import UNSTABLE_MARK, Context
 from perfsuite.report.page import render_page
+from perfsuite.results.columns import flag
 from perfsuite.results.run import PRIMARY, Run
 
 DEFAULT_TITLE = "perfsuite: top-k selection of the draft step"
@@ -32,11 +28,8 @@ REPORT_AGAIN = "`perfsuite report DIR/results.csv` (DIR: the run's folder)"
 def build_report(
     run: Run, out_path: str | Path, *, environment: dict[str, str] | None = None, title: str = DEFAULT_TITLE
 ) -> Path:
-    """Write one self-contained HTML report of `run` (`results.run.load_run`) to `out_path` (a folder: its
-    `report.html`); return its path. Each case kind (`perfsuite.core.kinds`) draws its sections from its
-    rows; then the edge cases, skips, the full results table and the environment (`environment` over what
-    the rows say). The run's notes (run.json: a shared machine, dropped log lines) open the page, with what
-    the rows' `other_cores` and `unstable` columns add (`measurement_warnings`)."""
+    """Write the HTML report of `run` (`results.run.load_run`) to `out_path` (a folder: its `report.html`);
+    return its path. `environment` overrides what the rows say; the page opens on `measurement_warnings`."""
     out = Path(out_path)
     if out.is_dir() or out.suffix == "":
         out = out / "report.html"
@@ -45,14 +38,10 @@ def build_report(
     primary = frames[kinds.KINDS[0].name]  # single-device kernel rows: the page's context
     ctx = Context.of(primary, run.samples)
     every = ctx if len(primary) == len(results) else Context.of(results)
-    sections = [
-        *(s for kind in kinds.KINDS for s in kind.part("sections")(frames[kind.name], run.samples)),
-        *(kernel_sections.skipped_section(every), kernel_sections.results_section(every))[
-            : 2 * bool(len(results))
-        ],
-        kernel_sections.environment_section(ctx, environment),
-    ]
-    sections = [s for s in sections if s is not None]
+    sections = [s for kind in kinds.KINDS for s in kind.part("sections")(frames[kind.name], run.samples)]
+    if len(results):
+        sections += [kernel_sections.skipped_section(every), kernel_sections.results_section(every)]
+    sections.append(kernel_sections.environment_section(ctx, environment))
     others = [frame for name, frame in run.tables.items() if name != PRIMARY]
     simulated = _simulated_devices(results, *others)
     if simulated:
@@ -71,10 +60,9 @@ def build_report(
 
 
 def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> list[str]:
-    """What a reader must know before trusting the figures, most important first: the run's own notes
-    (run.json), then from the rows: per run, how many cases other processes shared the machine with
-    (`other_cores` above `machine.SHARED_CORES`), how many cases are unstable, and how many beat the
-    measured copy bandwidth by the bytes model."""
+    """What a reader must know before trusting the figures, most important first: the run's notes (run.json),
+    then per run the cases measured on a shared machine (`other_cores`), the unstable ones, and those above
+    the measured copy bandwidth."""
     out = [str(n) for n in notes]
     ok = results[results["status"].astype(str) == "ok"] if "status" in results else results
     if "other_cores" in ok and len(ok):
@@ -93,14 +81,15 @@ def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> li
                     "again on an idle one."
                 )
     if "unstable" in ok and len(ok):
-        unstable = int(ok["unstable"].fillna(False).sum())
+        unstable = int(_flags(ok, "unstable").sum())
         if unstable:
             out.append(
                 f"{unstable} of {len(ok)} measured cases are unstable (the p20-p80 spread of their samples "
                 f"is above {100 * UNSTABLE_SPREAD:.0f} % of the median; marked {UNSTABLE_MARK} in the "
                 "tables, open rings in the latency plots): do not rank variants on them."
             )
-    above = above_copy_rows(ok)
+    pct = ok.get("pct_copy", pd.Series(float("nan"), index=ok.index))  # results from before above_copy
+    above = _flags(ok, "above_copy").fillna(pct.gt(100)).astype(bool)
     if above.any():
         out.append(
             f"{int(above.sum())} of {len(ok)} measured cases move more bytes per second by the bytes model "
@@ -110,12 +99,9 @@ def measurement_warnings(results: pd.DataFrame, notes: Sequence[str] = ()) -> li
     return out
 
 
-def above_copy_rows(rows: pd.DataFrame) -> pd.Series:
-    """Rows whose gbps exceeds the measured copy bandwidth: `above_copy`, else (results from before the
-    column) pct_copy above 100."""
-    flag = rows.get("above_copy", pd.Series(pd.NA, index=rows.index, dtype="boolean"))
-    pct = rows.get("pct_copy", pd.Series(float("nan"), index=rows.index))
-    return flag.fillna(pct.gt(100)).astype(bool)
+def _flags(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A bool column as nullable booleans whatever its stored type (`columns.flag`); NA where absent."""
+    return rows.get(column, pd.Series(pd.NA, index=rows.index)).map(flag).astype("boolean")
 
 
 def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
@@ -124,9 +110,8 @@ def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
     for frame in frames:
         if frame is None or frame.empty or "device" not in frame:
             continue
-        flag = frame["simulated"].fillna(False).astype(bool) if "simulated" in frame else False
         labelled = frame["device"].astype(str).str.endswith("(simulated)")
-        names.update(frame.loc[flag | labelled, "device"].astype(str))
+        names.update(frame.loc[_flags(frame, "simulated").fillna(False) | labelled, "device"].astype(str))
     return sorted(names)
 
 

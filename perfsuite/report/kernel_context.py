@@ -1,12 +1,10 @@
-"""What the kernel-level sections and the text summaries share: the prepared rows (`Context`; several devices,
-or runs of one device, are a dimension of every table and figure, never pooled), the roles the selectors
-declare (`Roles`), the summary computed once (`Summary`: its views are `summary.py` and
-`kernel_sections.summary_section`), and the order and labels of the case dimensions."""
+"""What the kernel-level sections and the text summaries share: the prepared rows (`Context`), the roles the
+selectors declare (`Roles`), the summary computed once (`Summary`), the order and labels of the dimensions."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -47,19 +45,15 @@ PAIRING_TEXT = (
     "(vocab, batch, k) and logits, sampled in turn (the median of per-round ratios; the ratio of medians "
     f"where they were not): a compiled variant is compared with the compiled {BASELINE}, an eager one with "
     "the eager one, never across paths"
-)
-"""Which pairs every speedup of the report and the summary compares."""
+)  # which pairs every speedup of the report and the summary compares
 DIMENSIONS = ("device", "backend", "variant", "accuracy", "path", "dtype", "logits", "l2", "status")
 DTYPE_ORDER = ("float32", "float16", "bfloat16")
 PATH_ORDER = ("eager", "graph", "compile")
 FACET_ORDER = (*DTYPE_ORDER, *PATH_ORDER)
 NUMBERS = (int, float, np.integer, np.floating)
-UNIT = "device · run"
-"""The column naming a row's (device, run) when runs of one device are kept apart."""
-UNSTABLE = "_unstable"
-"""Helper column: the row's `unstable` flag as a bool (False where the rows do not say)."""
-HELPERS = (UNIT, UNSTABLE)
-"""Columns `Context` adds to the rows, left out of the full results table."""
+UNIT = "device · run"  # the column naming a row's (device, run) when runs of one device are kept apart
+UNSTABLE = "_unstable"  # the row's `unstable` flag as a bool (False where the rows do not say)
+HELPERS = (UNIT, UNSTABLE)  # the columns `Context` adds to the rows, left out of the full results table
 UNSTABLE_MARK = "⚠"
 UNSTABLE_TEXT = (
     f"{UNSTABLE_MARK}: unstable, the p20-p80 spread of its samples is above {100 * UNSTABLE_SPREAD:.0f} % "
@@ -77,12 +71,20 @@ class Context:
     variants: list[str]
     devices: list[str]
     samples: pd.DataFrame | None = None
+    runs_apart: bool = False  # some device has rows of more than one run: the run is then a dimension too
+    unit: str = "device"  # the column every figure and table splits by: "device", or UNIT where runs differ
+    units: list[str] = field(default_factory=list)
+    several_devices: bool = False  # more than one unit: a dimension to draw
 
     @classmethod
     def of(cls, results: pd.DataFrame, samples: pd.DataFrame | None = None) -> Context:
         frame = _prepare(results)
         ok = frame[(frame["status"] == "ok") & frame["median_us"].notna()].copy()
-        return cls(frame, ok, variant_order(frame["variant"]), sorted(frame["device"].unique()), samples)
+        unit = UNIT if UNIT in frame else "device"
+        units = sorted(frame[unit].astype(str).unique())
+        apart = {"runs_apart": unit == UNIT, "unit": unit, "units": units, "several_devices": len(units) > 1}
+        devices = sorted(frame["device"].unique())
+        return cls(frame, ok, variant_order(frame["variant"]), devices, samples, **apart)
 
     @cached_property
     def roles(self) -> Roles:
@@ -103,25 +105,6 @@ class Context:
         if self.runs_apart:
             where = f"{len(self.units)} runs kept apart: {', '.join(self.units)}"
         return f"{', '.join(parts)} · {len(self.variants)} variants · {where}"
-
-    @property
-    def runs_apart(self) -> bool:
-        """Whether some device has rows of more than one run: the run is then a dimension too."""
-        return UNIT in self.frame
-
-    @property
-    def unit(self) -> str:
-        """The column every figure and table splits by: "device", or (device, run) where runs differ."""
-        return UNIT if self.runs_apart else "device"
-
-    @property
-    def units(self) -> list[str]:
-        return sorted(self.frame[self.unit].astype(str).unique())
-
-    @property
-    def several_devices(self) -> bool:
-        """More than one device, or more than one run of a device: the unit is a dimension to draw."""
-        return len(self.units) > 1
 
 
 def _prepare(results: pd.DataFrame) -> pd.DataFrame:
@@ -192,13 +175,6 @@ TIE_TEXT = (
     "low-high: cheapest to dearest case); 1.30 means the repair adds 30 %. At k = 1 both run torch.max and "
     "the same ops: their ratio there is the measurement's own noise. Times: medians over cases."
 )
-
-
-def verdict(ratio: float, baseline: str) -> str:
-    """How a speedup over the baseline reads: faster, slower, or as fast within 5 %."""
-    if ratio >= 1.05:
-        return f"faster than {baseline}"
-    return f"slower than {baseline}" if ratio <= 0.95 else f"as fast as {baseline}, within 5 %"
 
 
 class Summary(Context):
@@ -276,7 +252,10 @@ class Summary(Context):
         speedups = part.loc[part["best_exact"] == name].get("full/best", pd.Series()).dropna()
         if len(speedups):
             low, mid, high = (fmt.speedup(x) for x in (speedups.min(), speedups.median(), speedups.max()))
-            text += f", median {mid} against {base} ({low} to {high}): {verdict(speedups.median(), base)}"
+            median = speedups.median()
+            reads = "faster than" if median >= 1.05 else "slower than" if median <= 0.95 else "as fast as"
+            text += f", median {mid} against {base} ({low} to {high}): {reads} {base}"
+            text += ", within 5 %" if 0.95 < median < 1.05 else ""
         overall = int((part["fastest"] == name).sum())
         if overall == n:
             return f"{text}; it is also the fastest variant of any accuracy in every case."

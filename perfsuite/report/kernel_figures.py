@@ -1,11 +1,7 @@
 """The kernel-level figures: latency and bandwidth against vocab, the timed samples' distributions, speedup
 heatmaps, peak temporary memory and the baseline's top-1 mismatch. Line, heatmap and box figures are plain
 data and layout (plotly's per-trace validation costs seconds on large sweeps); a builder without data gives
-a note.
-
-The distributions (`samples.jsonl`): a box per variant with every sample as a point, to show what a median
-and its p20-p80 band hide (a bimodal case, slow outliers), for at most `MAX_SHAPES` shapes of one logits
-distribution, each with at most `MAX_SAMPLES` samples per variant."""
+a note."""
 
 from __future__ import annotations
 
@@ -33,10 +29,8 @@ MAX_FACET_COLUMNS = 5  # batch sizes per latency / bandwidth figure
 MAX_SLICES = 4  # figures per (path, topk, l2) combination
 MAX_HEATMAP_ROWS = 8
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
-MAX_SHAPES = 6
-"""Shapes drawn (panels), over every device and run together."""
-MAX_SAMPLES = 200
-"""Samples drawn per case; a case with more is thinned evenly (every n-th sample, in the order taken)."""
+MAX_SHAPES = 6  # distributions drawn (panels), over every device and run together
+MAX_SAMPLES = 200  # samples drawn per case; a case with more is thinned evenly (`thin`)
 MAX_COLUMNS = 3
 SHAPE_KEYS = ("path", "dtype", "batch", "vocab", "topk", "l2", "logits")
 FIGURE_TITLE = "distribution of the timed samples"
@@ -45,8 +39,7 @@ FIGURE_TITLE = "distribution of the timed samples"
 def grid(
     rows: Sequence[object], cols: Sequence[object], title: str, *, height: int = 250, **subplots: object
 ) -> go.Figure:
-    """The empty subplot grid (layout only) that `_facet_lines`, the heatmaps and the boxes fill with plain
-    traces."""
+    """The empty subplot grid (layout only) that the lines, heatmaps and boxes fill with plain traces."""
     from plotly.subplots import make_subplots
 
     spacing = {"vertical_spacing": min(0.12, 0.35 / max(len(rows), 1))}
@@ -79,7 +72,7 @@ class _Facets:
     dash: str | None
     hover: list[str]
     errors: tuple[str, str] | None = None  # columns of the upper and lower error bar lengths
-    flag: str | None = None  # a column counting unstable rows behind each point: drawn as an open marker
+    flag: str | None = None  # a column counting unstable rows behind each point: drawn as a larger open ring
 
 
 def _facet_lines(ctx: Context, data: pd.DataFrame, spec: _Facets, title: str, **layout: object) -> dict:
@@ -99,48 +92,36 @@ def _facet_lines(ctx: Context, data: pd.DataFrame, spec: _Facets, title: str, **
     dashes = {d: DASHES[i % len(DASHES)] for i, d in enumerate(ordered(data[spec.dash]))} if spec.dash else {}
     traces: list[dict] = []
     shown: set[str] = set()
-    keys = [k for k in (spec.row, spec.col) if k]
+    keys, groups = [k for k in (spec.row, spec.col) if k], [spec.color, *([spec.dash] if spec.dash else [])]
     index = {(r, c): i * len(cols) + j + 1 for i, r in enumerate(rows) for j, c in enumerate(cols)}
+    order = {v: i for i, v in enumerate(ctx.variants)}
+    hover = "<br>".join(f"{h}: %{{customdata[{i}]}}" for i, h in enumerate(spec.hover))
     for key, panel in data.groupby(keys, sort=False) if keys else [((), data)]:
         key = key if isinstance(key, tuple) else (key,)
         where = axes(index[(key[0] if spec.row else None, key[-1] if spec.col else None)])
-        traces += _panel_lines(ctx, panel, spec, where, dashes, shown)
+        for key, line in sorted(panel.groupby(groups), key=lambda g: (order.get(g[0][0], 99), str(g[0]))):
+            line, name = line.sort_values(spec.x), " · ".join(map(str, key))
+            unstable = (line[spec.flag] > 0).to_numpy() if spec.flag else np.zeros(len(line), dtype=bool)
+            marker: dict = {"size": 6}
+            if unstable.any():
+                symbols = np.where(unstable, "circle-open", "circle").tolist()
+                marker = {"size": np.where(unstable, 9, 6).tolist(), "symbol": symbols, "line": {"width": 2}}
+            trace = {
+                "type": "scatter", "mode": "lines+markers", "x": line[spec.x].to_numpy(),
+                "y": line[spec.y].to_numpy(), "xaxis": where[0], "yaxis": where[1], "name": name,
+                "legendgroup": name, "showlegend": name not in shown, "marker": marker,
+                "line": {"color": ctx.colors.get(key[0], "#444"), "dash": dashes.get(key[-1], "solid"),
+                         "width": 2},
+                "customdata": [[fmt.number(v) for v in r] for r in line[spec.hover].itertuples(index=False)],
+                "hovertemplate": f"{hover}<br>{spec.y}: %{{y:.4g}}<extra>{name}</extra>",
+            }  # fmt: skip
+            if spec.errors:
+                plus, minus = (line[c].to_numpy() for c in spec.errors)
+                bars = {"array": plus, "arrayminus": minus, "thickness": 1, "width": 3}
+                trace["error_y"] = {"type": "data", **bars}
+            shown.add(name)
+            traces.append(trace)
     return plain(fig, traces)
-
-
-def _panel_lines(
-    ctx: Context, panel: pd.DataFrame, spec: _Facets, where: tuple[str, str], dashes: dict, shown: set[str]
-) -> list[dict]:
-    traces, order = [], {v: i for i, v in enumerate(ctx.variants)}
-    groups = [spec.color, *([spec.dash] if spec.dash else [])]
-    hover = "<br>".join(f"{h}: %{{customdata[{i}]}}" for i, h in enumerate(spec.hover))
-    for key, line in sorted(panel.groupby(groups), key=lambda g: (order.get(g[0][0], 99), str(g[0]))):
-        line, name = line.sort_values(spec.x), " · ".join(map(str, key))
-        trace = {
-            "type": "scatter", "mode": "lines+markers", "x": line[spec.x].to_numpy(),
-            "y": line[spec.y].to_numpy(), "xaxis": where[0], "yaxis": where[1], "name": name,
-            "legendgroup": name, "showlegend": name not in shown, "marker": _markers(line, spec.flag),
-            "line": {"color": ctx.colors.get(key[0], "#444"), "dash": dashes.get(key[-1], "solid"),
-                     "width": 2},
-            "customdata": [[fmt.number(v) for v in r] for r in line[spec.hover].itertuples(index=False)],
-            "hovertemplate": f"{hover}<br>{spec.y}: %{{y:.4g}}<extra>{name}</extra>",
-        }  # fmt: skip
-        if spec.errors:
-            plus, minus = (line[c].to_numpy() for c in spec.errors)
-            bars = {"array": plus, "arrayminus": minus, "thickness": 1, "width": 3}
-            trace["error_y"] = {"type": "data", **bars}
-        shown.add(name)
-        traces.append(trace)
-    return traces
-
-
-def _markers(line: pd.DataFrame, flag: str | None) -> dict:
-    """Filled markers; open ones (a larger ring) where `flag` counts unstable rows behind the point."""
-    if not flag or not (line[flag] > 0).any():
-        return {"size": 6}
-    unstable = (line[flag] > 0).to_numpy()
-    symbols = np.where(unstable, "circle-open", "circle").tolist()
-    return {"size": np.where(unstable, 9, 6).tolist(), "symbol": symbols, "line": {"width": 2}}
 
 
 def spread(values: Sequence[object], n: int) -> list:
@@ -150,18 +131,7 @@ def spread(values: Sequence[object], n: int) -> list:
     return [values[i] for i in sorted({round(i * (len(values) - 1) / max(n - 1, 1)) for i in range(n)})]
 
 
-def _slices(frame: pd.DataFrame, keys: Sequence[str]) -> tuple[list[tuple[str, pd.DataFrame]], str]:
-    """Split by the keys that vary: the largest `MAX_SLICES` pieces first, and a note on what was left out."""
-    varying = kc.varying_keys(frame, keys)
-    if not varying:
-        return [("", frame)], ""
-    groups = sorted(frame.groupby(varying, sort=False), key=lambda g: -len(g[1]))
-    kept = [(case_label(varying, g if isinstance(g, tuple) else (g,)), f) for g, f in groups]
-    left = ", ".join(label for label, _ in kept[MAX_SLICES:])
-    return kept[:MAX_SLICES], f"Not drawn (fewest cases): {left}." if left else ""
-
-
-HOVER = ["variant", "path", "dtype", "batch", "vocab", "topk", "l2", "logits", "samples", "timing"]
+HOVER = ["path", "dtype", "batch", "vocab", "topk", "l2", "logits", "samples", "timing", "unstable", "launch"]
 BAND = ["p20_us", "p80_us"]
 NO_PEAK = " The datasheet peak is unknown for some device (e.g. a CPU): this is what every device has."
 
@@ -179,7 +149,7 @@ def _line_figures(
     values |= {c: "median" for c in BAND} if errors else {}
     values = {c: (c, how) for c, how in values.items()}
     values["logits"] = ("logits", lambda s: ", ".join(sorted(set(s))))
-    hover = [*HOVER[:1], ctx.unit, *HOVER[1:], "unstable", "launch", *(BAND if errors else [])]
+    hover = ["variant", ctx.unit, *HOVER, *(BAND if errors else [])]
     spec = _Facets(
         "vocab", y, "dtype" if data["dtype"].nunique() > 1 else None, "batch", "variant",
         ctx.unit if ctx.several_devices else None, hover, ("err_plus", "err_minus") if errors else None,
@@ -188,8 +158,10 @@ def _line_figures(
     layout = {"x_type": "log", "x_dtick": "D2", "y_type": "log" if log_y else "linear", "label": y_label}
     layout |= {"y_dtick": "D2"} if log_y else {}
     blocks: list[Block] = []
-    slices, note = _slices(data, ["path", "topk", "l2"])
-    for i, (label, part) in enumerate(slices):
+    varying = kc.varying_keys(data, ["path", "topk", "l2"])  # the largest MAX_SLICES slices are drawn
+    groups = sorted(data.groupby(varying, sort=False), key=lambda g: -len(g[1])) if varying else [((), data)]
+    slices = [(case_label(varying, g if isinstance(g, tuple) else (g,)), f) for g, f in groups]
+    for i, (label, part) in enumerate(slices[:MAX_SLICES]):
         part = part[part["batch"].isin(spread(sorted(set(part["batch"])), MAX_FACET_COLUMNS))]
         grouped = part.groupby(keys, dropna=False, sort=True)
         agg = grouped.agg(**values).reset_index()
@@ -201,7 +173,8 @@ def _line_figures(
         title = f"{y_label}{' · ' + label if label else ''}"
         build = partial(_facet_lines, ctx, agg, spec, title, **layout)
         blocks.append(figure_block(f"{name}-{i}", title, build, caption))
-    return [*blocks, *([Note(note)] if note else [])]
+    left = ", ".join(label for label, _ in slices[MAX_SLICES:])
+    return [*blocks, *([Note(f"Not drawn (fewest cases): {left}.")] if left else [])]
 
 
 def latency_figures(ctx: Context) -> list[Block]:
@@ -272,25 +245,22 @@ def _speedup_heatmap(s: Summary, part: pd.DataFrame, variant: str) -> list[Block
             values = panel["speedup"].unstack("vocab").sort_index().sort_index(axis=1)
             limit = max(limit, float(np.nanmax(np.abs(np.log2(values.to_numpy(dtype=float))))))
             traces.append(_heatmap_trace(values, panel, titles[n], axes(n + 1)))
-    title = f"speedup of {variant} over {s.roles.baseline}"
-    build = partial(_heatmap_grid, rows, dtypes, titles, traces, min(math.ceil(limit), 4), title)
+    title, limit = f"speedup of {variant} over {s.roles.baseline}", min(math.ceil(limit), 4)
+
+    def build() -> dict:
+        """A panel per (row, dtype), one log2 colour scale centred at 1× up to 2**limit."""
+        fig = grid(rows, dtypes, title, height=230, subplot_titles=titles)
+        ticks = list(range(-limit, limit + 1))
+        bar = {"title": {"text": "speedup"}, "tickvals": ticks, "ticktext": [f"{2.0**t:g}×" for t in ticks]}
+        fig.update_layout(coloraxis={"colorscale": "RdBu", "cmin": -limit, "cmax": limit, "colorbar": bar})
+        fig.update_xaxes(type="category", title_text="vocab", title_standoff=4)
+        fig.update_yaxes(type="category", title_text="batch", title_standoff=4)
+        return plain(fig, traces)
+
     blocks = [figure_block(f"speedup-{variant}", title, build, _speedup_caption(s, variant))]
     if len(all_rows) > len(rows):
         blocks.append(Note(f"speedup {variant}: {len(all_rows) - len(rows)} device/path rows not drawn."))
     return blocks
-
-
-def _heatmap_grid(
-    rows: list[tuple], dtypes: list, titles: list[str], traces: list[dict], limit: int, title: str
-) -> dict:
-    """The heatmaps' figure: a panel per (row, dtype), one log2 colour scale centred at 1× up to 2**limit."""
-    fig = grid(rows, dtypes, title, height=230, subplot_titles=titles)
-    ticks = list(range(-limit, limit + 1))
-    colorbar = {"title": {"text": "speedup"}, "tickvals": ticks, "ticktext": [f"{2.0**t:g}×" for t in ticks]}
-    fig.update_layout(coloraxis={"colorscale": "RdBu", "cmin": -limit, "cmax": limit, "colorbar": colorbar})
-    fig.update_xaxes(type="category", title_text="vocab", title_standoff=4)
-    fig.update_yaxes(type="category", title_text="batch", title_standoff=4)
-    return plain(fig, traces)
 
 
 def _heatmap_trace(values: pd.DataFrame, cells: pd.DataFrame, name: str, where: tuple[str, str]) -> dict:

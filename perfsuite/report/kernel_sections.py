@@ -179,15 +179,13 @@ def _speedup_class(value: float) -> str:
 
 def plots_section(s: Summary) -> Section:
     """Latency, the samples' distributions, speedup heatmaps, bandwidth and memory figures."""
-    section = Section("plots", "Plots")
     if s.ok.empty:
-        section.blocks.append(Note("No ok cases with timings: nothing to plot."))
-        return section
+        return Section("plots", "Plots", [Note("No ok cases with timings: nothing to plot.")])
     builders = {"latency": figures.latency_figures, "distributions": figures.distribution_figures}
     builders |= {"speedup": figures.speedup_figures, "bandwidth": figures.bandwidth_figures}
-    for name, build in (builders | {"memory": figures.memory_figure}).items():
-        section.blocks += guard(name, lambda b=build: b(s))
-    return section
+    builders |= {"memory": figures.memory_figure}
+    blocks = [block for name, build in builders.items() for block in guard(name, lambda b=build: b(s))]
+    return Section("plots", "Plots", blocks)
 
 
 def _counted(ctx: Context) -> pd.DataFrame:
@@ -344,9 +342,7 @@ def results_section(ctx: Context) -> Section:
         for row, flag in zip(table.rows, ctx.frame[kc.UNSTABLE], strict=True):
             if flag:
                 row[column] = Cell(f"True {kc.UNSTABLE_MARK}", "differs", tip)
-    blocks: list[Block] = [table]
-    if empty:
-        blocks.append(Note(f"Columns without any value, left out: {', '.join(empty)}."))
+    blocks = [table, *([Note(f"Columns without any value, left out: {', '.join(empty)}.")] if empty else [])]
     unstable = int(ctx.frame[kc.UNSTABLE].sum())
     counted = f"{len(shown)} rows × {shown.shape[1]} columns{f', {unstable} unstable' if unstable else ''}"
     summary = f"Full results table ({counted})"

@@ -24,7 +24,7 @@ HEADERS = ["mean top-1 p", "mean entropy (nats)", "entropy / ln V", "rows tied a
 
 def sections(ctx: Context) -> list[Section]:
     """The section as a list: none when no row carries the figures, a note when it breaks."""
-    return blocks.guarded_section(SECTION_ID, TITLE, ctx.frame, lambda _: section(ctx))
+    return blocks.guarded_section(SECTION_ID, TITLE, lambda _: section(ctx), ctx.frame)
 
 
 def section(ctx: Context) -> Section | None:

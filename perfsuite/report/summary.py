@@ -1,8 +1,5 @@
 """The text views of a run's summary (`kernel_context.Summary`): the markdown of `perfsuite summary`
-(`summary_markdown`, `tuned_markdown`) and the table `perfsuite run` ends with (`console_table`).
-
-    perfsuite summary reports/gpu-check/results.csv --out reports/gpu-check/summary.md
-"""
+(`summary_markdown`, `tuned_markdown`) and the table `perfsuite run` ends with (`console_table`)."""
 
 from __future__ import annotations
 

@@ -25,11 +25,6 @@ FIGURE_TITLE = "tp = {}: all-gather then select vs merge partials"
 COLORS = ("#636efa", "#ab63fa", "#00cc96", "#ef553b")
 
 
-def kind_sections(frame: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Section]:
-    """This case kind's part of the report (`core.kinds`): the section of its rows, none without rows."""
-    return guarded_section(SECTION_ID, TITLE, frame, section)
-
-
 def section(frame: pd.DataFrame) -> Section:
     """The report's tensor-parallel section: the comparison table, then a figure per tp."""
     rows = tp_rows(frame)
@@ -93,3 +88,7 @@ def figure(rows: pd.DataFrame, tp: int) -> go.Figure:
     fig.update_yaxes(type="log")
     fig.update_layout(title=FIGURE_TITLE.format(tp), barmode="group", template="plotly_white", height=620)
     return fig
+
+
+kind_sections = partial(guarded_section, SECTION_ID, TITLE, section)
+"""This case kind's part of the report (`core.kinds`): the section of its rows, none without rows."""

@@ -1,12 +1,8 @@
-"""The column registry: every column perfsuite writes, once, with its type, unit, the case kinds that write
-it, whether it is one value per run, whether `compare` reads it, and one line of meaning.
-
-Writing orders a kind's table by it (`ordered`); reading types every column from it (`typed`: numbers as
-numbers, booleans parsed here and nowhere else). A column a producer writes must be registered here (a
-test runs every kind and checks). A plug-in case kind may bring its own columns (`CaseKind.columns`).
-Run columns (`per_run`: the machine, the versions, the run's label) are kept once in `run.json`
-(`constants`), not on every row; the loader joins them back. docs/columns.md is generated from this
-registry (`python -m perfsuite.results.columns`; a test checks it is current).
+"""The column registry (docs/architecture.md, "Columns: one registry"): every column perfsuite writes, once,
+with its type, unit, kinds, roles and meaning. Writing orders a kind's table by it (`ordered`), reading types
+every column by it (`typed`); a column a producer writes must be registered (a test runs every kind and
+checks), a plug-in kind may bring its own (`CaseKind.columns`). Run columns (`per_run`) are kept once in
+`run.json`'s `constants`. docs/columns.md is generated from it (`python -m perfsuite.results.columns`).
 """
 
 from __future__ import annotations
@@ -227,9 +223,7 @@ BENCH_COLUMNS = ("bench_name", "bench_group")
 BASELINE = "full_softmax"
 
 
-BASELINES = tuple(
-    dict.fromkeys(kind.baseline for kind in kinds.KINDS)
-)  # full_softmax, allgather_full_softmax
+BASELINES = tuple(dict.fromkeys(kind.baseline for kind in kinds.KINDS))
 """The variant every speedup is relative to: single device first, then tensor parallel (tp > 1)."""
 SPEEDUP_KEYS = ("device", "backend", "run", "path", "dtype", "vocab", "batch", "topk", "logits", "l2")
 """A row's baseline is the baseline variant's row with the same values of these (and the same tp)."""
@@ -330,7 +324,8 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
             values = pd.to_numeric(frame[name], errors="coerce").astype("float64")
             if column and column.default is not None:
                 values = values.fillna(column.default)
-            frame[name] = _maybe_int(values) if kind == "int" else values
+            whole = values.notna().all() and (values == values.round()).all() and (values.abs() < 2**62).all()
+            frame[name] = values.astype("int64") if kind == "int" and len(values) and whole else values
         elif kind == "bool":
             frame[name] = pd.array([flag(v) for v in frame[name]], dtype="boolean")
         elif kind is not None:
@@ -343,19 +338,8 @@ def flag(value: object) -> bool | None:
     """True/False from a bool or its text ('True', 'false', '1', '0.0'); None when missing or unclear."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         return bool(value)
-    text = str(value).strip().lower()
-    return (
-        True
-        if text in ("true", "1", "1.0", "yes")
-        else False
-        if text in ("false", "0", "0.0", "no")
-        else None
-    )
-
-
-def _maybe_int(values: pd.Series) -> pd.Series:
-    whole = bool((values == values.round()).all()) and bool((values.abs() < 2**62).all())
-    return values.astype("int64") if len(values) and values.notna().all() and whole else values
+    text, true, false = str(value).strip().lower(), ("true", "1", "1.0", "yes"), ("false", "0", "0.0", "no")
+    return text in true if text in (*true, *false) else None
 
 
 def _text(value: object) -> object:

@@ -2,11 +2,7 @@
 files, and pytest-benchmark's JSON (the perfsuite row in each entry's `extra_info`; a benchmark without
 one becomes a row named after it, its quartiles standing in for p20/p80). Every failure is a `ValueError`
 whose message starts with the file name. A run's companions are read here too: its raw samples
-(`samples.jsonl`) and its `run.json`.
-
-The result format (`columns.FORMAT_VERSION`): a row or `run.json` without `format_version` is format 1;
-a newer format than this perfsuite knows is refused (`FormatTooNew`: one line that says to upgrade or
-re-run); known formats mix freely.
+(`samples.jsonl`) and its `run.json`. Known result formats mix freely; a newer one is refused (`format_of`).
 """
 
 from __future__ import annotations
@@ -18,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite.core.console import first_line
-from perfsuite.results.columns import BY_NAME, FORMAT_COLUMN, FORMAT_VERSION
+from perfsuite.results.columns import BENCH_COLUMNS, BY_NAME, FORMAT_COLUMN, FORMAT_VERSION
+from perfsuite.results.write import ResultsLog
 
 SAMPLES_FILE = "samples.jsonl"
 MANIFEST_FILE = "run.json"
@@ -47,13 +44,6 @@ def format_of(value: object, where: object) -> int:
     return int(number)
 
 
-def check_formats(frame: pd.DataFrame, where: object) -> None:
-    """Refuse a file holding a row of an unknown or newer result format."""
-    if FORMAT_COLUMN in frame:
-        for value in frame[FORMAT_COLUMN].dropna().unique():
-            format_of(value, where)
-
-
 def read_rows(path: Path, tables: tuple[str, ...] = ()) -> pd.DataFrame:
     """One results file's rows as they are written (not yet typed), its formats checked; a file not named
     in `tables` (a kind's own table) must have a `variant` column."""
@@ -67,25 +57,17 @@ def read_rows(path: Path, tables: tuple[str, ...] = ()) -> pd.DataFrame:
     elif kind == "jsonl":
         frame = pd.DataFrame(_jsonl(path, text))
     else:
-        frame = _from_json(path, _parse_json(path, text))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        frame = _from_json(path, data)
     if "variant" not in frame.columns and len(frame.columns) and path.name not in tables:
         found = ", ".join(map(str, list(frame.columns)[:8]))
         raise ValueError(f"{path}: not a perfsuite results file (no 'variant' column; columns: {found})")
-    check_formats(frame, path)
+    for value in frame[FORMAT_COLUMN].dropna().unique() if FORMAT_COLUMN in frame else ():
+        format_of(value, path)  # a row of an unknown or newer result format: refused
     return frame
-
-
-def read_log(path: Path) -> list[dict[str, object]]:
-    """The JSON objects of a JSON-lines log, skipping lines that are not one (a torn last line)."""
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def read_samples(folder: Path) -> pd.DataFrame | None:
@@ -94,7 +76,7 @@ def read_samples(folder: Path) -> pd.DataFrame | None:
     None without a sample."""
     path = folder / SAMPLES_FILE
     records = []
-    for row in read_log(path) if path.is_file() else []:
+    for row in ResultsLog(path).read() if path.is_file() else []:
         seconds, raw = row.get("seconds"), row.get("ref_seconds")
         if not row.get("case_id") or not isinstance(seconds, list):
             continue
@@ -162,34 +144,25 @@ def _jsonl(path: Path, text: str) -> list[dict[str, object]]:
     return rows
 
 
-def _parse_json(path: Path, text: str) -> object:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-
-
 def _from_json(path: Path, data: object) -> pd.DataFrame:
     if isinstance(data, list):
         if not all(isinstance(row, dict) for row in data):
             raise ValueError(f"{path}: a JSON list whose items are not all objects (expected records)")
         return pd.DataFrame(data)
-    if isinstance(data, dict) and "benchmarks" in data:
-        return _from_pytest_benchmark(path, data)
+    if isinstance(data, dict) and "benchmarks" in data:  # pytest-benchmark's
+        if not isinstance(data["benchmarks"], list):
+            raise ValueError(f"{path}: 'benchmarks' is not a list")
+        commit = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
+        rows = [
+            _benchmark_row(path, entry, commit.get("id"), data.get("datetime"))
+            for entry in data["benchmarks"]
+        ]
+        return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["variant", *BENCH_COLUMNS])
     if isinstance(data, dict) and "variant" in data and all(isinstance(v, dict) for v in data.values()):
         return pd.DataFrame(data)  # pandas' "columns" orient
     keys = ", ".join(list(map(str, data))[:8]) if isinstance(data, dict) else ""
     what = f"keys: {keys or 'none'}" if isinstance(data, dict) else type(data).__name__
     raise ValueError(f"{path}: unrecognised JSON ({what}); expected records or a pytest-benchmark file")
-
-
-def _from_pytest_benchmark(path: Path, data: dict[str, object]) -> pd.DataFrame:
-    benchmarks = data["benchmarks"]
-    if not isinstance(benchmarks, list):
-        raise ValueError(f"{path}: 'benchmarks' is not a list")
-    commit = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
-    rows = [_benchmark_row(path, entry, commit.get("id"), data.get("datetime")) for entry in benchmarks]
-    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["variant", "bench_name", "bench_group"])
 
 
 def _benchmark_row(path: Path, entry: object, commit: object, when: object) -> dict[str, object]:
@@ -213,10 +186,9 @@ def _benchmark_row(path: Path, entry: object, commit: object, when: object) -> d
         row.setdefault("timing", timer)
         if _missing(row.get("samples")):
             row["samples"] = stats.get("rounds")
-    if _missing(row.get("git_sha")) and commit:
-        row["git_sha"] = commit
-    if _missing(row.get("timestamp")) and when:
-        row["timestamp"] = when
+    for key, value in (("git_sha", commit), ("timestamp", when)):  # the file's, where the row says none
+        if _missing(row.get(key)) and value:
+            row[key] = value
     return row
 
 

@@ -76,15 +76,10 @@ def figures(
         "gbps_ideal": memory.gbps(ideal.total, seconds),
         "pct_peak": memory.percent(achieved, peak_gbps),
         "pct_copy": memory.percent(achieved, copy),
-        "above_copy": above_copy(achieved, copy),
+        "above_copy": bool(copy) and achieved == achieved and achieved > copy,  # NaN != NaN: unknown
         "peak_temp_bytes": peak_temp,
         "model_temp_bytes": traffic.temp,
     }
-
-
-def above_copy(achieved: float, copy: float | None) -> bool:
-    """Whether a measured rate exceeds the measured copy rate (False where either is unknown)."""
-    return bool(copy) and achieved == achieved and achieved > copy  # NaN != NaN
 
 
 def accuracy_of(name: str) -> str:

@@ -1,11 +1,7 @@
-"""One reader of a run: `load_run` turns what the command line names (a run folder, a results file of
-any supported format, the shards of one run, runs of several machines, a pytest-benchmark JSON) into one
-typed `Run`: every kind's rows with the run columns joined back from each folder's `run.json`, the raw
-samples, the edge cases, the runs' notes. `report`, `summary`, `compare`, `tp-page` and the sweep's own
-report read through it.
-
-Several paths that are not shards are several runs: their rows are stacked with `source` (the file's
-name), and the kinds' other tables (draft.csv, edge_cases.csv) are read beside a single run only.
+"""One reader of a run (docs/architecture.md): `load_run` turns what the command line names (a run folder,
+a results file, the shards of one run, runs of several machines) into one typed `Run`, the run columns
+joined back from each folder's `run.json`. Several paths that are not shards are several runs: their rows
+are stacked with `source` (the file's name), and the kinds' other tables are read beside a single run only.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from perfsuite.results.read import read_manifest, read_rows, read_samples
 RESULTS_FILES = ("results.json", "results.csv", "results.jsonl")
 """What a run folder is searched for, in this order (the JSON-lines log may be a partial run)."""
 PRIMARY = kinds.KINDS[0].table_file  # results.csv: the kernel and tensor-parallel rows
-EDGE_CASES = "edge_cases.csv"
 
 
 @dataclass
@@ -56,7 +51,7 @@ class Run:
         edge_cases: pd.DataFrame | None = None,
     ) -> Run:
         """A run of rows built in memory (tests, the pytest plugin), typed."""
-        given = {PRIMARY: frame, "draft.csv": draft, EDGE_CASES: edge_cases}
+        given = {PRIMARY: frame, "draft.csv": draft, "edge_cases.csv": edge_cases}
         tables = {name: columns.complete(t, name) for name, t in given.items() if t is not None}
         return cls(tables, samples, list(notes))
 

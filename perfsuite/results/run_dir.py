@@ -27,17 +27,15 @@ import filelock
 from perfsuite.core import kinds
 from perfsuite.core.console import utc_now
 from perfsuite.results.columns import FORMAT_COLUMN, FORMAT_VERSION
-from perfsuite.results.read import FormatTooNew, format_of, read_manifest
+from perfsuite.results.read import MANIFEST_FILE, SAMPLES_FILE, FormatTooNew, format_of, read_manifest
 from perfsuite.results.sweep_shards import Shard, shard_of
 from perfsuite.scenario.load import Scenario
-
-SAMPLES_LOG = "samples.jsonl"
 
 
 def logs() -> tuple[str, ...]:
     """The logs a run appends to: each case kind's rows (`core.kinds`: results.jsonl, draft.jsonl), then
     the samples."""
-    return (*kinds.logs(), SAMPLES_LOG)
+    return (*kinds.logs(), SAMPLES_FILE)
 
 
 def derived() -> tuple[str, ...]:
@@ -46,7 +44,6 @@ def derived() -> tuple[str, ...]:
 
 
 FOLDERS = ("counters", "tp")
-MANIFEST = "run.json"
 LOCK = ".perfsuite.lock"
 EARLIER = "earlier"
 
@@ -114,7 +111,7 @@ def claimed(out_dir: Path) -> Iterator[None]:
 
 def write_manifest(out_dir: Path, manifest: dict[str, object]) -> None:
     """`run.json`, atomically, its first key this perfsuite's result format (`schema.FORMAT_VERSION`)."""
-    path = out_dir / MANIFEST
+    path = out_dir / MANIFEST_FILE
     tmp = path.with_suffix(".tmp")
     stamped = {FORMAT_COLUMN: FORMAT_VERSION, **{k: v for k, v in manifest.items() if k != FORMAT_COLUMN}}
     tmp.write_text(json.dumps(stamped, indent=1, default=str), encoding="utf-8")
@@ -123,7 +120,7 @@ def write_manifest(out_dir: Path, manifest: dict[str, object]) -> None:
 
 def run_files(out_dir: Path) -> list[Path]:
     """The files and folders of a run present in `out_dir`."""
-    names = (*logs(), *derived(), *FOLDERS, MANIFEST)
+    names = (*logs(), *derived(), *FOLDERS, MANIFEST_FILE)
     return [out_dir / n for n in names if (out_dir / n).exists()]
 
 
@@ -153,7 +150,22 @@ def check_resume(
     """Refuse to resume a log written with other settings (`logged`: the fingerprints its rows carry) or
     by a perfsuite of a newer result format (`run.json`); an older format resumes, its rows kept as they
     are (format 1: no `format_version`), the new rows in this format."""
-    check_resume_format(out_dir, manifest)
+    value = (manifest or {}).get(FORMAT_COLUMN)
+    try:
+        format_of(value, MANIFEST_FILE)
+        what = fix = ""
+    except FormatTooNew:
+        what = (
+            f"{MANIFEST_FILE} is result format {value}, newer than this perfsuite writes ({FORMAT_VERSION})"
+        )
+        fix = "upgrade perfsuite, or run without --resume"
+    except ValueError as exc:
+        what, fix = str(exc), "run without --resume"
+    if what:
+        raise RunRefused(
+            f"{out_dir}: cannot --resume: its {what}; {fix} (the earlier run moves to earlier/) "
+            "or pick another --out"
+        )
     other = logged - {fingerprint(settings)}
     if not other:
         return
@@ -165,24 +177,6 @@ def check_resume(
     raise RunRefused(
         f"{out_dir}: cannot --resume: its log holds {what}{detail}; "
         "run without --resume (the earlier run moves to earlier/) or pick another --out"
-    )
-
-
-def check_resume_format(out_dir: Path, manifest: dict[str, object] | None) -> None:
-    """`RunRefused` when the folder's `run.json` states a result format this perfsuite cannot continue."""
-    value = (manifest or {}).get(FORMAT_COLUMN)
-    try:
-        format_of(value, MANIFEST)
-    except FormatTooNew:
-        what = f"{MANIFEST} is result format {value}, newer than this perfsuite writes ({FORMAT_VERSION})"
-        fix = "upgrade perfsuite, or run without --resume"
-    except ValueError as exc:
-        what, fix = str(exc), "run without --resume"
-    else:
-        return
-    raise RunRefused(
-        f"{out_dir}: cannot --resume: its {what}; {fix} (the earlier run moves to earlier/) "
-        "or pick another --out"
     )
 
 

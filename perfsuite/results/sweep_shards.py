@@ -1,19 +1,7 @@
-"""Sharded sweeps: one scenario split over many machines (`run --shard I/N`), and the shards merged back.
-
-The split is deterministic: every machine that expands the same scenario computes the same shards. Its unit
-is a group of cases that must run together, the variants of one shape and path (they are sampled in turn,
-and their speedups pair within the group), one tensor-parallel size's cases, or one draft configuration.
-Units go to shards largest first, each to the shard with the least estimated work so far (ties to the
-lower index), so the shards take about the same time. The estimate of a unit: its cases, each weighted by
-the bytes of its logits (`1 + batch * vocab * itemsize / 1 MiB`): a timed case costs at least its rounds
-whatever its size, and more with more bytes.
-
-A shard writes an ordinary run folder whose `run.json` says `shard: {index, count}`. `merge` reads the
-folders of the shards of one run back as one run: it refuses shards of different scenarios or settings
-(their fingerprints differ), shards of different counts, and the same shard twice; a missing shard is a
-note, not a refusal (what was measured is shown). Rows and samples keep their case ids; their `run`
-label becomes one label for all shards (the shards' common label, else the first shard's), so the report
-and `compare` see one run.
+"""Sharded sweeps (docs/sharding.md): one scenario split over many machines (`run --shard I/N`), and the
+shards merged back. The split is deterministic, keeps a unit of cases that must run together (the variants
+of one shape and path, one tensor-parallel size, one draft configuration) whole, and balances the shards
+by each case's logits bytes. `merge` reads the shards' folders back as one run under one label.
 """
 
 from __future__ import annotations
@@ -24,12 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from perfsuite.core import dtypes
+from perfsuite.core import dtypes, kinds
 from perfsuite.results.columns import FORMAT_COLUMN
-from perfsuite.results.read import format_of, read_manifest
+from perfsuite.results.read import MANIFEST_FILE, format_of, read_manifest
 
 T = TypeVar("T")
-MANIFEST = "run.json"
 MIB = 1 << 20
 
 
@@ -105,9 +92,6 @@ def select(cases: Iterable[T], key: Callable[[T], Hashable], shard: Shard | None
     return [case for case in cases if id(case) in mine]
 
 
-# ---------------------------------------------------------------- merging
-
-
 @dataclass
 class Merged:
     """The folders of one sharded run, checked: in shard order, with the label the merged rows carry."""
@@ -139,36 +123,32 @@ def is_shard(folder: Path) -> bool:
 
 def shard_folders(path: Path) -> list[Path]:
     """The shard run folders directly inside `path` (a `--shard` run's `--out`), by name; [] if none."""
-    if not path.is_dir() or (path / MANIFEST).is_file():
+    if not path.is_dir() or (path / MANIFEST_FILE).is_file():
         return []
     return sorted(p for p in path.iterdir() if p.is_dir() and shard_of(_facts(p)) is not None)
 
 
 def expand(paths: Iterable[str | Path]) -> list[Path]:
     """Results paths with every folder of shard folders replaced by its shards."""
-    out: list[Path] = []
-    for item in paths:
-        path = Path(item)
-        out += shard_folders(path) or [path]
-    return out
+    return [path for item in paths for path in shard_folders(Path(item)) or [Path(item)]]
 
 
 def merge(paths: Sequence[str | Path]) -> Merged | None:
     """Check that the run folders among `paths` are the shards of one run; None when none is a shard.
     `ShardError` when sharded folders are mixed with others, or differ in settings or shard count, or a
     shard comes twice; `read.FormatTooNew` when a shard's `run.json` is of a newer result format."""
-
     folders = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
     manifests = [_facts(f) for f in folders]
     for folder, manifest in zip(folders, manifests, strict=True):  # known formats mix; a newer one: refused
-        format_of(manifest.get(FORMAT_COLUMN), folder / MANIFEST)
+        format_of(manifest.get(FORMAT_COLUMN), folder / MANIFEST_FILE)
     shards = [shard_of(m) for m in manifests]
     if all(s is None for s in shards):
         return None
     if any(s is None for s in shards):
         plain = [str(f) for f, s in zip(folders, shards, strict=True) if s is None]
         raise ShardError(f"{plain[0]}: not a shard, but given with shards; merge shards of one run only")
-    first = manifests[0]
+    first, count = manifests[0], shards[0].count  # type: ignore[union-attr]
+    seen: dict[int, tuple[Path, dict]] = {}  # shard index: its folder and run.json
     for folder, manifest, shard in zip(folders, manifests, shards, strict=True):
         assert shard is not None
         if manifest.get("settings_fingerprint") != first.get("settings_fingerprint"):
@@ -177,50 +157,43 @@ def merge(paths: Sequence[str | Path]) -> Merged | None:
                 f"({manifest.get('scenario_file')} {manifest.get('settings_fingerprint')} vs "
                 f"{first.get('scenario_file')} {first.get('settings_fingerprint')}); merge shards of one run"
             )
-        if shard.count != shards[0].count:  # type: ignore[union-attr]
+        if shard.count != count:
             raise ShardError(f"{folder}: shard {shard} of another split than {folders[0]} ({shards[0]})")
-    seen: dict[int, Path] = {}
-    for folder, shard in zip(folders, shards, strict=True):
-        assert shard is not None
         if shard.index in seen:
-            raise ShardError(f"{folder}: shard {shard} given twice (also {seen[shard.index]})")
-        seen[shard.index] = folder
-    count = shards[0].count  # type: ignore[union-attr]
+            raise ShardError(f"{folder}: shard {shard} given twice (also {seen[shard.index][0]})")
+        seen[shard.index] = (folder, manifest)
     ordered = sorted(seen)
-    labels = {i: str(manifests[folders.index(seen[i])].get("label") or "") for i in ordered}
-    label = labels[ordered[0]]
+    labels = sorted({str(seen[i][1].get("label") or "") for i in ordered})
+    label = str(seen[ordered[0]][1].get("label") or "")
     notes = []
     missing = sorted(set(range(count)) - set(seen))
     if missing:
         notes.append(
-            f"shards {', '.join(str(i) for i in missing)} of {count} are missing: their cases are not shown"
+            f"shards {', '.join(map(str, missing))} of {count} are missing: their cases are not shown"
         )
-    if len(set(labels.values())) > 1:
-        notes.append(
-            f"the shards' labels differ ({', '.join(sorted(set(labels.values())))}): merged as run {label}"
+    if len(labels) > 1:
+        notes.append(f"the shards' labels differ ({', '.join(labels)}): merged as run {label}")
+    silent = [i for i in ordered if wrote_no_row(seen[i][0])]
+    if len(silent) == len(ordered):
+        raise ShardError(
+            f"{seen[ordered[0]][0].parent}: no shard wrote a row yet (each stopped before its first)"
         )
-    silent = [i for i in ordered if wrote_no_row(seen[i])]
-    if silent and len(silent) == len(ordered):
-        where = seen[ordered[0]].parent
-        raise ShardError(f"{where}: no shard wrote a row yet (each stopped before its first)")
     if silent:
         notes.append(
-            f"shards {', '.join(str(i) for i in silent)} of {count} stopped before their first row "
+            f"shards {', '.join(map(str, silent))} of {count} stopped before their first row "
             "(cancelled or killed at the start): their cases are not shown"
         )
     kept = [i for i in ordered if i not in silent]
-    unfinished = [str(seen[i]) for i in kept if manifests[folders.index(seen[i])].get("interrupted")]
+    unfinished = [str(seen[i][0]) for i in kept if seen[i][1].get("interrupted")]
     if unfinished:
         notes.append(f"interrupted shards (partial): {', '.join(unfinished)}")
-    return Merged([seen[i] for i in kept], label, notes)
+    return Merged([seen[i][0] for i in kept], label, notes)
 
 
 def wrote_no_row(folder: Path) -> bool:
     """Whether a run folder's row logs (`kinds.logs()`: results.jsonl, draft.jsonl) are all there and
     empty: a shard cancelled or killed before its first row, whose results.json, if a handler wrote it on
     the way out, is an empty list."""
-    from perfsuite.core import kinds
-
     logs = [folder / name for name in kinds.logs()]
     return all(log.is_file() and not _holds_text(log) for log in logs)
 

@@ -36,9 +36,7 @@ class ResultsLog:
 
     def append(self, row: dict[str, object]) -> None:
         """Write one row and flush."""
-        row = {
-            k: v for k, v in row.items() if not (k in self.constants and _same(v, self.constants[k], True))
-        }
+        row = {k: v for k, v in row.items() if not (k in self.constants and _same(v, self.constants[k]))}
         if not self.constants:
             row[FORMAT_COLUMN] = FORMAT_VERSION
         with self.path.open("a", encoding="utf-8") as f:
@@ -73,11 +71,10 @@ class ResultsLog:
         tmp.replace(self.path)
 
 
-def _same(value: object, constant: object, missing: bool = False) -> bool:
-    """Whether a row's value is the run's constant (or, with `missing`, no value at all)."""
-    if isinstance(value, float) and math.isnan(value):
-        return missing or (isinstance(constant, float) and math.isnan(constant))
-    return (value is None and missing) or (type(value) is type(constant) and value == constant)
+def _same(value: object, constant: object) -> bool:
+    """Whether a row's value is the run's constant, or no value at all (None, NaN)."""
+    missing = value is None or (isinstance(value, float) and math.isnan(value))
+    return missing or (type(value) is type(constant) and value == constant)
 
 
 def _jsonable(value: object) -> object:

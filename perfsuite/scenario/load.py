@@ -94,9 +94,6 @@ class Scenario:
     extra: dict[str, Any] = field(default_factory=dict)  # the other case kinds' tables ([draft])
 
 
-# ---------------------------------------------------------------- validation
-
-
 def _all_variant_names() -> list[str]:
     """Single-device variants, then the tensor-parallel ones."""
     return variants.names() + tensor_parallel.names()

@@ -1,12 +1,7 @@
-"""Logits read from files: one `[rows, V]` floating-point tensor per file, or a folder of such files.
-
-Formats: `.pt` / `.pth` (`torch.load(weights_only=True)`: a tensor, or a dict of tensors), `.npy` (numpy)
-and `.safetensors` (the `safetensors` package); a file holding several tensors needs the name of one
-(`tensor`). A folder's files (those suffixes, not recursive) are read in file-name order and their rows
-concatenated; they share one V (their dtypes may differ). A source is inspected when its scenario loads
-(`inspect`: shapes, dtypes and a digest of the bytes; every problem one `LogitsFileError` naming the file)
-and read when a case needs its logits (`read_rows`, the rows `row_order` draws). `.pt` and `.npy` files are
-memory-mapped, so only the rows a case takes are read.
+"""Logits read from files (docs/scenarios.md): one `[rows, V]` floating-point tensor per `.pt` / `.pth`,
+`.npy` or `.safetensors` file, or a folder of such files (rows concatenated in file-name order). A source is
+inspected when its scenario loads (`inspect`: every problem one `LogitsFileError` naming the file) and read
+when a case needs its logits (`read_rows`: memory-mapped where the format allows, only the rows it takes).
 """
 
 from __future__ import annotations
@@ -137,9 +132,6 @@ def host_bytes(source: LogitsSource, batch: int) -> int:
     whole = sum(part.rows * source.vocab * _itemsize(part.dtype) for part in source.parts if part.read_whole)
     widest = max(_itemsize(part.dtype) for part in source.parts)
     return whole + batch * source.vocab * (widest + 8)
-
-
-# ---------------------------------------------------------------- formats
 
 
 def _itemsize(dtype: str) -> int:

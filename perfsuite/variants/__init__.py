@@ -29,9 +29,8 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Variant:
-    """A built-in variant, else an external selector (`module:function` or a `perfsuite.selectors` entry
-    point, loaded once): `KeyError` for an unknown plain name, `ExternalSelectorError` for an external
-    one that cannot load."""
+    """A built-in variant, else an external selector (`module:function` or an entry point, loaded once):
+    `KeyError` for an unknown plain name, `ExternalSelectorError` for an external one that cannot load."""
     known = names()
     variant = _REGISTRY.get(name) or external.load(name)
     if variant is None:

@@ -84,10 +84,8 @@ class Variant:
     summary: str
     lowest_index_ties: bool = True
     available: Availability = always_available
-    untimed: Availability = always_available
-    """Why it gives no time worth recording on a device it runs on (the Triton interpreter); None: timed."""
-    launch: Callable[[int, int, int, torch.dtype], str] | None = None
-    """How it launches a shape (batch, vocab, k, dtype) on the current device (the Triton variants)."""
+    untimed: Availability = always_available  # why its times are not worth recording (Triton interpreted)
+    launch: Callable[[int, int, int, torch.dtype], str] | None = None  # how it launches a shape (Triton)
     dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES  # others are refused ("not claimed" in the battery)
     max_k: int | None = None  # the largest topk it supports (an argmax kernel: 1); None: any
     nan: NanPolicy = "unspecified"  # the battery judges the indices of NaN rows by it

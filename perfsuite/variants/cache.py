@@ -1,11 +1,6 @@
-"""The cache-aware bytes model: which of a call's tensor passes the last-level cache absorbs.
-
-A call is a sequence of passes (kernels), each reading and writing whole tensors; the cache is LRU over
-whole tensors, cold at the call's start (the rules: docs/measuring.md, "The cache-aware bytes model"). A
-tensor stays resident from one touch to the next when it and every other tensor touched from that pass to
-the next fit in the cache together; a write makes it dirty, written back to HBM when it is evicted within
-the call (a tensor still dirty at the end is written back after it, if ever: not counted). With a cache of
-0 bytes every pass moves its bytes from HBM: the figure is then `Traffic.total`.
+"""The cache-aware bytes model: which of a call's tensor passes (kernels, each reading and writing whole
+tensors) the last-level cache absorbs, LRU over whole tensors and cold at the call's start (the rules:
+docs/measuring.md, "The cache-aware bytes model"). With a cache of 0 bytes the figure is `Traffic.total`.
 """
 
 from __future__ import annotations

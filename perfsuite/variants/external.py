@@ -1,15 +1,13 @@
 """External selectors: an engine's own top-k function measured, profiled and parity-checked like a built-in.
 
-Named `package.module:function` (`pkg.mod:Class.method` too) or by a `perfsuite.selectors` entry point whose
-value is that string, it declares a `Contract` (docs/selectors.md): `@selector(accuracy="exact", ...)`, or,
-with no perfsuite import, `fn.__perfsuite_selector__ = {"accuracy": "exact", ...}`. An indices-only selector
-gets `topk_p = 1.0` and accuracy "inexact", whatever it declared. A problem loading or declaring one is an
-`ExternalSelectorError`, one line naming it; wrong outputs are a `ValueError` naming it (an error row).
+Named `package.module:function` (`pkg.mod:Class.method` too) or by a `perfsuite.selectors` entry point, it
+declares a `Contract` (docs/selectors.md): `@selector(accuracy="exact", ...)`, or, with no perfsuite import,
+`fn.__perfsuite_selector__ = {...}`. An indices-only selector gets `topk_p = 1.0` and accuracy "inexact".
+Loading or declaring one wrongly is an `ExternalSelectorError`, wrong outputs a `ValueError` (one line each).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.metadata
 from collections.abc import Callable
@@ -82,11 +80,8 @@ def contract(name: str, declared: Any) -> Contract:
         if key == "dtypes":
             declared[key] = _dtypes(name, value)
         if key == "max_k" and not (value is None or (type(value) is int and value >= 1)):
-            raise _fail(
-                name,
-                f"contract key 'max_k' is {value!r}; allowed: an integer >= 1 "
-                "(the largest topk it supports: 1 for an argmax kernel) or None",
-            )
+            allowed = "an integer >= 1 (the largest topk it supports: 1 for an argmax kernel) or None"
+            raise _fail(name, f"contract key 'max_k' is {value!r}; allowed: {allowed}")
         if key in ALLOWED and not any(type(value) is type(v) and value == v for v in ALLOWED[key]):
             raise _fail(name, f"contract key {key!r} is {value!r}; allowed: {_allowed(ALLOWED[key])}")
     if "accuracy" not in declared:
@@ -100,19 +95,14 @@ def _dtypes(name: str, value: Any) -> tuple[str, ...]:
     allowed = _allowed(tuple(LOGITS_DTYPES))
     if not isinstance(names, (list, tuple)) or not names:
         raise _fail(name, f"contract key 'dtypes' must be a non-empty list of names from {allowed}")
-    for item in names:
-        if item not in LOGITS_DTYPES:
-            raise _fail(
-                name,
-                f"contract key 'dtypes' holds {item!r}; allowed: {allowed} (the float8 ones where this torch "
-                "has them)",
-            )
+    if unknown := [item for item in names if item not in LOGITS_DTYPES]:
+        where = "the float8 ones where this torch has them"
+        raise _fail(name, f"contract key 'dtypes' holds {unknown[0]!r}; allowed: {allowed} ({where})")
     return tuple(dict.fromkeys(names))
 
 
 def selector(*, accuracy: str, **declared: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare a function a top-k selector (the keys of `Contract`): its `Contract` goes in
-    `__perfsuite_selector__`; a bad value raises `ExternalSelectorError` at once."""
+    """Declare a top-k selector (`Contract`'s keys, as `__perfsuite_selector__`); bad values raise at once."""
 
     def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
         name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
@@ -120,9 +110,6 @@ def selector(*, accuracy: str, **declared: Any) -> Callable[[Callable[..., Any]]
         return fn
 
     return declare
-
-
-# ---------------------------------------------------------------- the adapter
 
 
 def _describe(value: Any) -> str:
@@ -158,27 +145,22 @@ def adapt(name: str, fn: Callable[..., Any], declared: Contract) -> Variant:
     """A `Variant` calling `fn` by its contract, returning `(topk_p float32, topk_index int64)`."""
     index_dtype = INDEX_DTYPES[declared.index_dtype]
     indices_only, preallocated = declared.outputs == "indices", declared.preallocated
-    buffers: dict[tuple, tuple[torch.Tensor | None, ...]] = {}
+    buffers: dict[tuple, tuple[tuple[torch.Tensor, ...], torch.Tensor | None]] = {}  # outputs, ones
     checked: set[tuple] = set()
 
     def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         shape, device = (logits.shape[0], k), logits.device
         if (shape, device) not in buffers:  # allocated on the first call and reused: stable addresses
-            empty = functools.partial(torch.empty, shape, device=device)
-            buffers[shape, device] = (
-                empty(dtype=torch.float32) if preallocated and not indices_only else None,
-                empty(dtype=index_dtype) if preallocated else None,
-                torch.ones(shape, dtype=torch.float32, device=device) if indices_only else None,
-            )
-        out_p, out_index, ones = buffers[shape, device]
+            kinds = (index_dtype,) if indices_only else (torch.float32, index_dtype)
+            outs = tuple(torch.empty(shape, dtype=d, device=device) for d in kinds) if preallocated else ()
+            ones = torch.ones(shape, dtype=torch.float32, device=device) if indices_only else None
+            buffers[shape, device] = (outs, ones)
+        outs, ones = buffers[shape, device]
         if not preallocated:
             result = fn(logits, k)
-        elif indices_only:
-            fn(logits, k, out_index)
-            result = out_index
-        else:
-            fn(logits, k, out_p, out_index)
-            result = (out_p, out_index)
+        else:  # into the outputs: (topk_p, topk_index), or topk_index alone
+            fn(logits, k, *outs)
+            result = outs[0] if indices_only else outs
         if (shape, device, logits.dtype) not in checked:
             _check_result(name, result, shape, index_dtype, device, indices_only)
             checked.add((shape, device, logits.dtype))
@@ -201,8 +183,7 @@ def adapt(name: str, fn: Callable[..., Any], declared: Contract) -> Variant:
 
 
 def assumed_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
-    """The ideal traffic (its passes are not known), and for the memory-fit check one `[B, V]` float32
-    temporary, as a softmax or an upcast makes (the measured peak is in the row)."""
+    """The ideal traffic (passes unknown) and, for the memory-fit check, a softmax's `[B, V]` fp32 temp."""
     ideal = ideal_traffic(batch, vocab, k, dtype)
     return Traffic(ideal.read, ideal.write, batch * vocab * 4)
 
@@ -222,8 +203,6 @@ def summary_of(fn: Callable[..., Any], declared: Contract) -> str:
     ]
     return f"{own} [external: {'; '.join(text for shown, text in said if shown)}]"
 
-
-# ---------------------------------------------------------------- resolution
 
 _LOADED: dict[str, Variant] = {}
 
@@ -280,10 +259,7 @@ def load(name: str) -> Variant | None:
         fn = _resolve(values[0], name)
     declared = getattr(fn, ATTRIBUTE, None)
     if declared is None:
-        raise _fail(
-            name,
-            "no contract declared; decorate it with @perfsuite.variants.external.selector(accuracy="
-            f"'exact'|'rounded'|'inexact', ...) or set its {ATTRIBUTE} = {{'accuracy': ...}}",
-        )
+        how = "@perfsuite.variants.external.selector(accuracy='exact'|'rounded'|'inexact', ...) or set its"
+        raise _fail(name, f"no contract declared; decorate it with {how} {ATTRIBUTE} = {{'accuracy': ...}}")
     _LOADED[name] = adapt(name, fn, contract(name, declared))
     return _LOADED[name]

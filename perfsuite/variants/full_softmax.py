@@ -23,8 +23,7 @@ def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
-    """softmax reads the logits and writes `[B, V]` probabilities, max / topk reads them back (both passes
-    cacheable), then the `[B, k]` outputs and their upcast."""
+    """softmax writes `[B, V]` probabilities that max / topk read back (cacheable); the outputs, upcast."""
     n, size = batch * vocab, dtype.itemsize
     softmax = sweep({"logits": n * size}, {"probs": n * size})
     selection = sweep({"probs": n * size})

@@ -1,26 +1,23 @@
 """`triton_argmax`: the Triton argmax on the exact kernels' plans: one pass, no softmax, `topk_p = 1.0`.
 
-What an engine's draft step runs at topk 1 when it needs no probability: `triton_auto`'s plans (a tuned
-table's argmax entries where `perfsuite tune` measured them), tiles and 16-byte aligned loads with masked
-head and tail (no index >= V, V = 151666 included); per lane the largest order key, no exp, no sum. Ties:
-the lowest index; NaN wins, as in torch.argmax and the exact kernels, so the index is `triton_auto`'s top-1.
+What an engine's draft step runs at topk 1 when it needs no probability, on `triton_auto`'s plans (a tuned
+table's argmax entries where `perfsuite tune` measured them; docs/triton.md). Ties: the lowest index; NaN
+wins, as in torch.argmax and the exact kernels, so the index is `triton_auto`'s top-1.
 """
 
 from __future__ import annotations
 
 import torch
 
-from perfsuite.kernels import availability, plan_table, untimed
 from perfsuite.kernels import plan as plans
-from perfsuite.variants.base import Traffic, Variant, swept
+from perfsuite.kernels import plan_table
+from perfsuite.variants.base import Traffic, swept
 from perfsuite.variants.cache import sweep
+from perfsuite.variants.triton_fused import run_planned, triton_variant
 
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from perfsuite.kernels import topk_softmax
-
-    plan = plan_for(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
-    return topk_softmax.run_plan(logits, k, plan)
+    return run_planned(plan_for, logits, k)
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
@@ -28,16 +25,8 @@ def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardw
     return plan_table.best_plan(batch, vocab, 1, dtype, hw, "argmax")
 
 
-def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
-    """The plan, and where it came from: the device's tuned argmax entries or the heuristic."""
-    hw = plans.hardware()
-    source = "tuned" if plan_table.is_tuned(hw.name, "argmax") else "heuristic"
-    return f"{plan_for(batch, vocab, k, dtype, hw).describe()} ({source})"
-
-
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
-    """One read of the logits, `[B, 1]` int64 + fp32 written; a split plan adds one int64 per split,
-    written by stage 1 and read back by the merge (cacheable)."""
+    """One read of the logits, `[B, 1]` outputs; a split plan's int64 per split, read back (cacheable)."""
     logits, outputs = batch * vocab * dtype.itemsize, Traffic(0, batch * k * (8 + 4))
     plan = plan_for(batch, vocab, k, dtype, plans.hardware())
     if plan.kernel != "split":
@@ -48,16 +37,13 @@ def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
     )
 
 
-VARIANT = Variant(
+VARIANT = triton_variant(
+    plan_for,
+    lambda device: plan_table.is_tuned(device, "argmax"),
     name="triton_argmax",
     select=select,
     accuracy="inexact",
     traffic=traffic,
     summary="Triton argmax on triton_auto's plans, one pass, topk_p = 1.0; lowest index, NaN wins (inexact)",
-    nan="largest",  # NaN above every number, as torch.argmax / torch.topk
-    lowest_index_ties=True,
-    available=availability,
-    untimed=untimed,
-    launch=launch,
     max_k=1,
 )

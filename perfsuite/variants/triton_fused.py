@@ -1,12 +1,14 @@
 """`triton_fused`: exact top-k softmax in one Triton pass over the logits, one program per row.
 
-Online softmax (running max, per-lane sums of exp rescaled when the max grows) and a running top-k that
-only the tiles beating the current k-th candidate update, in fp32 for fp32/fp16/bf16 inputs; writes only
-the `[B, k]` outputs. Order: descending logit, lowest index first, NaN above +inf; `topk_p` NaN for a row
-holding a NaN or +inf (as torch's softmax) or all -inf (docs/triton.md).
+Online softmax and a running top-k in fp32, writing only the `[B, k]` outputs. Order: descending logit,
+lowest index first, NaN above +inf; `topk_p` NaN for a row holding a NaN or +inf or all -inf
+(docs/triton.md). The Triton variants' shared parts: `run_planned`, `triton_variant`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -14,12 +16,34 @@ from perfsuite.kernels import availability, untimed
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Variant, ideal_traffic
 
+PlanFor = Callable[[int, int, int, torch.dtype, plans.Hardware], plans.Plan]
 
-def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+
+def run_planned(plan_for: PlanFor, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch `plan_for`'s plan for the logits' shape on their device (every Triton variant's `select`)."""
     from perfsuite.kernels import topk_softmax
 
     plan = plan_for(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
     return topk_softmax.run_plan(logits, k, plan)
+
+
+def triton_variant(plan_for: PlanFor, tuned: Callable[[str], object] | None = None, **given: Any) -> Variant:
+    """A Triton variant on `plan_for`'s plans: lowest index first on ties, NaN above every number (as
+    torch.argmax / torch.topk); its `launch` describes the plan and, with `tuned` (whether a device name
+    has tuned entries), where it came from: the device's tuned table or the heuristic."""
+
+    def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
+        hw = plans.hardware()
+        plan = plan_for(batch, vocab, k, dtype, hw).describe()
+        return plan if tuned is None else f"{plan} ({'tuned' if tuned(hw.name) else 'heuristic'})"
+
+    return Variant(
+        nan="largest", lowest_index_ties=True, available=availability, untimed=untimed, launch=launch, **given
+    )
+
+
+def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return run_planned(plan_for, logits, k)
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
@@ -27,19 +51,11 @@ def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardw
     return plans.fused_plan(hw, dtype.itemsize)
 
 
-def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
-    return plan_for(batch, vocab, k, dtype, plans.hardware()).describe()
-
-
-VARIANT = Variant(
+VARIANT = triton_variant(
+    plan_for,
     name="triton_fused",
     select=select,
     accuracy="exact",
     traffic=ideal_traffic,  # one read of the logits, `[B, k]` fp32 + int64 written; nothing materialized
     summary="Triton, one program per row, one pass: online softmax + running top-k (exact, no temporaries)",
-    nan="largest",  # NaN above every number, as torch.argmax / torch.topk
-    lowest_index_ties=True,
-    available=availability,
-    untimed=untimed,
-    launch=launch,
 )

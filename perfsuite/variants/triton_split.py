@@ -1,35 +1,27 @@
 """`triton_split`: exact top-k softmax with each row split over many Triton programs, then merged.
 
-Stage 1, grid `(B, n_splits)` (`plans.split_plan`: about one wave of programs over the SMs): each program
-scans a chunk of a row into a partial (chunk max, sum of exp rescaled to it, chunk top-k values and global
-indices). Stage 2, grid `(B,)`: one program per row rescales the sums to the global max and merges the
-partial top-k. The indices are `triton_fused`'s bit for bit whatever the split count (integer keys).
+Stage 1, grid `(B, n_splits)` (about one wave over the SMs): each program scans a chunk of a row into a
+partial (max, sum of exp, top-k). Stage 2, grid `(B,)`: a program per row merges them (docs/triton.md). The
+indices are `triton_fused`'s bit for bit whatever the split count.
 """
 
 from __future__ import annotations
 
 import torch
 
-from perfsuite.kernels import availability, untimed
 from perfsuite.kernels import plan as plans
-from perfsuite.variants.base import Traffic, Variant, ideal_traffic, swept
+from perfsuite.variants.base import Traffic, ideal_traffic, swept
 from perfsuite.variants.cache import sweep
+from perfsuite.variants.triton_fused import run_planned, triton_variant
 
 
 def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from perfsuite.kernels import topk_softmax
-
-    plan = plan_for(*logits.shape, k, logits.dtype, plans.hardware(logits.device))
-    return topk_softmax.run_plan(logits, k, plan)
+    return run_planned(plan_for, logits, k)
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
     """The plan `select` launches for a shape on `hw` (`perfsuite warm` compiles it ahead)."""
     return plans.split_plan(batch, vocab, k, hw, dtype.itemsize)
-
-
-def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
-    return plan_for(batch, vocab, k, dtype, plans.hardware()).describe()
 
 
 def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
@@ -39,22 +31,17 @@ def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
 
 
 def split_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, partials: int) -> Traffic:
-    """Stage 1 reads the logits and writes the partials, stage 2 reads them back (cacheable), then the
-    `[B, k]` outputs."""
+    """Stage 1 reads the logits, writes the partials; stage 2 reads them back (cacheable); the outputs."""
     ideal = ideal_traffic(batch, vocab, k, dtype)
     stage1 = sweep({"logits": ideal.read}, {"partials": partials})
     return swept(stage1, sweep({"partials": partials})) + Traffic(0, ideal.write)
 
 
-VARIANT = Variant(
+VARIANT = triton_variant(
+    plan_for,
     name="triton_split",
     select=select,
     accuracy="exact",
     traffic=traffic,
     summary="Triton, rows split over (B, n_splits) programs into partial max/sum/top-k, then a merge kernel",
-    nan="largest",  # NaN above every number, as torch.argmax / torch.topk
-    lowest_index_ties=True,
-    available=availability,
-    untimed=untimed,
-    launch=launch,
 )

@@ -53,8 +53,7 @@ def identical(runs: Sequence[DraftTree], against: Sequence[DraftTree]) -> bool:
 
 
 def orphan_share(runs: Sequence[DraftTree], topk: int) -> float:
-    """Share of trees with a drafted token whose parent position was not drafted (the verifier's tree mask
-    has no path to it). Scores that shrink along a path never do this; ties can."""
+    """Share of trees drafting a token whose parent was not drafted (no path in the tree mask): ties can."""
     orphans = trees = 0
     for tree in runs:
         trees += tree.positions.shape[0]
@@ -93,10 +92,8 @@ def split(
     differ from `against`'s by a tie first, or by other values first."""
     ties = values = trees = 0
     for a, b in zip(runs, against, strict=True):
-        differs = torch.stack(
-            [_differs(getattr(a.tree, f), getattr(b.tree, f)) for f in VERIFIER_READS.values()]
-        )
-        differs = differs.any(dim=0)  # per tree: what the verifier reads differs
+        reads = [_differs(getattr(a.tree, f), getattr(b.tree, f)) for f in VERIFIER_READS.values()]
+        differs = torch.stack(reads).any(dim=0)  # per tree: what the verifier reads differs
         tie = _ties_first(a, b, config) & differs
         ties += int(tie.sum())
         values += int((differs & ~tie).sum())

@@ -57,8 +57,7 @@ def unit(case: DraftCase) -> tuple:
 
 
 class DraftRunner:
-    """Runs draft cases on one device (`protocol.run_case`), keeping what the cases of one configuration
-    (`DraftCase.config_key`) share: the head, its inputs, traced trees, selectors and graphs."""
+    """Runs draft cases on one device, keeping what one configuration's cases share (head, inputs, graphs)."""
 
     def __init__(self, info: DeviceInfo, env: Row):
         self.info, self.env, self.device = info, env, torch.device(info.device)
@@ -157,7 +156,7 @@ class DraftRunner:
                 self.graphs = GraphCache(self.device, case.sweep.max_graphs)
             graph = self.graphs.get(loop, case.batch, key, case.case_id)
             graph.load(*first)
-            return graph, graph.replay, graph.body
+            return graph, graph.graph.replay, graph.body
         if case.path == "compile":
             if key not in self.compiled:
                 execution.set_compile_limits()
@@ -183,9 +182,8 @@ class DraftRunner:
         }
         if case.path != "eager":
             eager = [t.tree for t in own]
-            out.update(
-                consumer.compare(trees, eager, "eager"), bitexact_eager=consumer.identical(trees, eager)
-            )
+            out.update(consumer.compare(trees, eager, "eager"))
+            out["bitexact_eager"] = consumer.identical(trees, eager)
         tokens, scores = out["tok_diff_base"], out["score_relerr_base"]
         if math.isnan(tokens):  # one word on the figures against full_softmax
             out["consumer_vs_base"] = "n/a"
@@ -313,20 +311,17 @@ class LaunchBoundSampler(timing.Sampler):
         self.device = device
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
-    def sample(self) -> float:
-        if self.flush:
-            self.flush()
+    def timed(self, work: Call) -> float:
         torch.cuda.synchronize(self.device)
         self.start.record()
-        self.call()
+        work()
         self.end.record()
         self.end.synchronize()
         return self.start.elapsed_time(self.end) * 1e-3
 
 
 def timing_unroll(requested: int, backend: str, num_steps: int) -> int:
-    """Cycles captured per timing graph: `requested`, capped so that cycles x steps stays within the
-    backend's `GRAPH_UNROLL_CAP` (long unrolled graphs have crashed on ROCm); at least one."""
+    """Cycles per timing graph: `requested`, >= 1, cycles x steps within `GRAPH_UNROLL_CAP` (ROCm crashes)."""
     return max(1, min(requested, GRAPH_UNROLL_CAP.get(backend, 1) // num_steps))
 
 

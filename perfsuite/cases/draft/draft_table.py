@@ -117,15 +117,13 @@ def parse_draft(raw: Any, source: str) -> tuple[DraftSweep, ...]:
         if not isinstance(table, dict):
             raise validate.fail(source, where, f"expected a table, got {table!r}")
         validate.unknown_keys(source, where, table, CHECKS)
-        sweeps.append(
-            DraftSweep(**{key: CHECKS[key](source, f"{where}.{key}", v) for key, v in table.items()})
-        )
+        checked = {key: CHECKS[key](source, f"{where}.{key}", v) for key, v in table.items()}
+        sweeps.append(DraftSweep(**checked))
     return tuple(sweeps)
 
 
 def draft_sweeps(scenario: Any) -> tuple[DraftSweep, ...]:
-    """The draft sweeps of a scenario (`scenario.load.Scenario`, whose loader reads the kinds' tables, so
-    this module names no type of it); none without a `[draft]` table."""
+    """A scenario's draft sweeps (typed loosely: this module imports no loader); none without `[draft]`."""
     raw = scenario.extra.get("draft")
     return () if raw is None else parse_draft(raw, scenario.source)
 

@@ -22,8 +22,7 @@ ACCEPT_SEED_OFFSET = 2_000_003  # accept lengths are drawn apart from the inputs
 
 
 def accept_name(rule: str) -> str:
-    """The canonical spelling of an accept rule, `all`, `uniform` or `geometric:P` with 0 <= P <= 1
-    (`geometric:0.80` -> `geometric:0.8`); ValueError for any other."""
+    """An accept rule's canonical spelling (`geometric:0.80` -> `geometric:0.8`); ValueError for others."""
     if rule in ("all", "uniform"):
         return rule
     name, _, value = rule.partition(":")
@@ -106,8 +105,7 @@ def accept_lengths(config: LoopConfig, batch: int, count: int, seed: int = 0) ->
 
 
 def extend_index(lengths: torch.Tensor, length: int) -> torch.Tensor:
-    """SGLang's `select_index`: the flat extend row `b * length + lengths[b] - 1` of each sequence's last
-    accepted token."""
+    """SGLang's `select_index`: flat extend row `b * length + lengths[b] - 1`, the last accepted token."""
     rows = torch.arange(lengths.shape[0], dtype=torch.int64, device=lengths.device)
     return rows * length + lengths.to(torch.int64) - 1
 
@@ -188,8 +186,7 @@ class DraftLoop:
         return DraftTree(tokens, parents, positions, chosen, all_scores, all_tokens)
 
     def _chain_constants(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The chain's positions `0..s-1` and parents `-1..s-2`, made once per batch size (outside any
-        capture's replay)."""
+        """The chain's positions `0..s-1` and parents `-1..s-2`, once per batch size (outside any replay)."""
         if (batch, device) not in self._chains:
             steps, width = self.config.num_steps, self.config.parents_width
             positions = torch.arange(steps, device=device).expand(batch, steps)
@@ -206,8 +203,7 @@ class DraftLoop:
         return tuple(self.cycle(*inputs))
 
     def cycle_traced(self, *inputs: torch.Tensor | None) -> Traced:
-        """`cycle` (eager, untimed) with the logit each selection picked at every scored position (float64,
-        aligned with `all_tokens`: the parity split)."""
+        """`cycle` (eager, untimed) with the logit each selection picked per scored position (float64)."""
         picked: list[torch.Tensor] = []
 
         def recording(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,7 +236,6 @@ class DraftGraph:
         self.graph = torch.cuda.CUDAGraph()
         with capturing(self.graph, device, pool=pool, what=what):
             self.body()
-        self.replay = self.graph.replay
 
     def _cycle(self) -> tuple[torch.Tensor, ...]:
         return self.loop.cycle_tuple(self.tokens, self.hidden, self.index)
@@ -268,8 +263,7 @@ class DraftGraph:
 
 
 class GraphCache:
-    """Draft graphs by (batch size, key), sharing one memory pool, at most `max_graphs` (least recently
-    used dropped first)."""
+    """Draft graphs by (batch size, key) in one memory pool, at most `max_graphs` (least recently used go)."""
 
     def __init__(self, device: torch.device, max_graphs: int = 8):
         self.device, self.max_graphs = device, max_graphs

@@ -1,7 +1,6 @@
-"""The edge-case matrix case kind (`core.kinds`): what each of the scenario's single-device selectors
-returns on non-finite, tied and misaligned rows, beside full_softmax (`correctness.edge_cases`). A case is
-one dtype and k of the sweeps; its rows, one per row pattern and variant, go to `edge_cases.csv`. The
-whole matrix is one unit: one shard runs it."""
+"""The edge-case matrix case kind (`core.kinds`): what the scenario's single-device selectors return on
+non-finite, tied and misaligned rows, beside full_softmax (`correctness.edge_cases`). A case is one dtype
+and k; its rows (per row pattern and variant) go to `edge_cases.csv`. One shard runs the whole matrix."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ class EdgeCase:
 
 
 def cases(scenario: Scenario) -> list[EdgeCase]:
-    """One case per dtype of the sweeps and k of `edge_cases.EDGE_TOPK`, for their single-device variants
-    (built-in and external); none without such a variant."""
+    """One case per dtype of the sweeps and k of `EDGE_TOPK`, for their single-device variants (if any)."""
     names = tuple(dict.fromkeys(v for s in scenario.sweeps for v in s.variants if not is_tp_variant(v)))
     found = dict.fromkeys(dtypes.dtype_name(dtypes.dtype_of(d)) for s in scenario.sweeps for d in s.dtypes)
     return [EdgeCase(d, k, names) for d in found for k in edge_cases.EDGE_TOPK] if names else []
@@ -44,8 +42,6 @@ def unit(case: EdgeCase) -> str:
 def run(todo: list[EdgeCase], context: KindRun) -> Iterator[dict[str, object]]:
     """Each case's rows, as its dtype and k finish."""
     for case in todo:
-        frame = edge_cases.matrix(
-            [dtypes.dtype_of(case.dtype)], [case.topk], case.variants, context.info.device
-        )
-        for row in frame.to_dict("records"):
+        device, dtype = context.info.device, dtypes.dtype_of(case.dtype)
+        for row in edge_cases.matrix([dtype], [case.topk], case.variants, device).to_dict("records"):
             yield {"case_id": case.case_id, **row}

@@ -1,7 +1,6 @@
-"""The kernel case kind (`core.kinds`): one selector call on one device, from the scenario's `[[sweep]]`
-tables. Its cases run a shape at a time, the variants of one shape and path sampled in turn
-(`KernelRunner.run_in_turn`), so each one's speedup pairs with the baseline's samples of the same
-seconds."""
+"""The kernel case kind (`core.kinds`): one selector call on one device, from the `[[sweep]]` tables, run a
+shape at a time: the variants of one shape and path are sampled in turn (`KernelRunner.run_in_turn`), so
+each one's speedup pairs with the baseline's samples of the same seconds."""
 
 from __future__ import annotations
 
@@ -27,18 +26,13 @@ def unit(case: Case) -> tuple:
     return (case.tp, case.input_key, case.topk, case.path)
 
 
-def same_shape(cases: list[Case]) -> list[list[Case]]:
-    """Cases grouped by `unit`, in first-seen order: each group is sampled in turn."""
+def run(cases: list[Case], context: KindRun) -> Iterator[dict[str, object]]:
+    """The rows of `cases`, grouped by `unit` in first-seen order, each group's rows as it finishes."""
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         groups.setdefault(unit(case), []).append(case)
-    return list(groups.values())
-
-
-def run(cases: list[Case], context: KindRun) -> Iterator[dict[str, object]]:
-    """The rows of `cases`, a shape at a time, each group's rows as the group finishes."""
     runner = KernelRunner(context.info, context.env, counters=context.counters)
-    for group in progress_bar(same_shape(cases), context.progress, unit="shape"):
+    for group in progress_bar(list(groups.values()), context.progress, unit="shape"):
         yield from runner.run_in_turn(group)
 
 

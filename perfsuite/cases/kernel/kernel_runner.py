@@ -1,11 +1,10 @@
-"""Kernel cases: one selector call on one device, timed, its traffic accounted for and its outputs
-checked for parity. `KernelRunner` is what `perfsuite run`, `profile`, `call`, `tune` and the
-pytest-benchmark front end prepare and measure a kernel case with. Each group sampled in turn also samples
-a reference (`prepare_reference`: an exp of the case's logits, and a copy of them) whose figures every row
-carries."""
+"""Kernel cases: one selector call on one device, timed, its traffic accounted for and its parity checked
+(`KernelRunner`, for `perfsuite run`, `profile`, `call`, `tune` and the pytest-benchmark front end). Groups
+sampled in turn also sample a reference (`prepare_reference`) whose figures every row carries."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -13,7 +12,7 @@ from typing import ClassVar
 import torch
 
 from perfsuite import variants
-from perfsuite.cases.protocol import InTurnReference, ReadyCase, run_case, run_in_turn
+from perfsuite.cases.protocol import InTurnReference, ReadyCase, run_in_turn
 from perfsuite.core import dtypes
 from perfsuite.correctness import parity
 from perfsuite.correctness.logits_shape import ShapeMemo
@@ -35,9 +34,7 @@ class KernelRunner:
     counters: Callable[[Case], dict[str, object]] | None = None  # measured bytes (`run --counters`)
     shapes: ShapeMemo = field(default_factory=ShapeMemo)  # the logits' distribution figures, per tensor
     device: torch.device = field(init=False)
-    reference: ClassVar[bool] = True
-    """Whether groups sampled in turn also sample the reference (`prepare_reference`); a harness measuring
-    its cost sets it False on the class."""
+    reference: ClassVar[bool] = True  # groups also sample `prepare_reference` (a harness timing it: False)
 
     def __post_init__(self) -> None:
         self.device = torch.device(self.info.device)
@@ -46,21 +43,11 @@ class KernelRunner:
         key = (case.input_key, case.inputs)
         if self._logits is None or self._logits[0] != key:
             self._logits = self._truth = None
-            dtype = dtypes.dtype_of(case.dtype)
-            self._logits = (
-                key,
-                inputs.make_logits(
-                    case.logits,
-                    case.batch,
-                    case.vocab,
-                    dtype,
-                    seed=case.inputs.seed,
-                    device=self.device,
-                    row_pad=case.inputs.row_pad,
-                    scale=case.inputs.scale,
-                    files=case.inputs.files,
-                ),
-            )
+            given = case.inputs
+            options = {"seed": given.seed, "row_pad": given.row_pad, "scale": given.scale}
+            shape = (case.logits, case.batch, case.vocab, dtypes.dtype_of(case.dtype))
+            made = inputs.make_logits(*shape, device=self.device, files=given.files, **options)
+            self._logits = (key, made)
         return self._logits[1]
 
     def truth(self, case: Case) -> tuple[parity.Truth, tuple[torch.Tensor, torch.Tensor]]:
@@ -77,13 +64,9 @@ class KernelRunner:
         variant = variants.get(case.variant)
         if case.topk > case.vocab:
             return f"topk {case.topk} > vocab {case.vocab}"
-        reason = (
-            variant.unclaimed_k(case.topk)
-            or variant.available(self.device)
-            or variant.untimed(self.device)
-            or execution.unavailable(case.path, self.device)
-        )
-        if reason:
+        if reason := variant.unclaimed_k(case.topk) or variant.available(self.device):
+            return reason
+        if reason := variant.untimed(self.device) or execution.unavailable(case.path, self.device):
             return reason
         dtype = dtypes.dtype_of(case.dtype)
         elements = case.batch * case.vocab
@@ -97,27 +80,18 @@ class KernelRunner:
         host = inputs.host_bytes_needed(case.logits, case.batch, case.inputs.files)
         return memory.fits(need, self.device, host_bytes=host)
 
-    def run(self, case: Case) -> dict[str, object]:
-        """Measure one case; always returns a row (status ok, skipped or error)."""
-        return run_case(self, case)
-
     def run_in_turn(self, cases: Sequence[Case]) -> list[dict[str, object]]:
-        """Measure cases of one shape and path, sampled in turn with the reference of their logits;
-        speedups paired with the baseline's."""
+        """Measure cases of one shape and path in turn with their reference; speedups paired."""
         names = [case.variant for case in cases]
         baseline = names.index(variants.BASELINE) if variants.BASELINE in names else None
         make = (lambda: self.prepare_reference(cases[0])) if self.reference else None
         return run_in_turn(self, cases, cases[0].timing, baseline, make)
 
     def prepare_reference(self, case: Case) -> InTurnReference:
-        """The group's in-turn reference, two fixed workloads on the case's logits into a preallocated
-        buffer, timed as the cases are (flushed before each sample when cold; on the graph path `unroll`
-        calls captured in a graph, on the eager and compile paths called eagerly: nothing to compile):
-        `torch.exp(logits, out=dst)`, the one rows are judged against (`REFERENCE`), and `dst.copy_(logits)`,
-        the one-read floor whose rate gives `copy_gbps_in_turn` (every `COPY_EVERY` rounds). The exp
-        shares the selectors' bottleneck on each device (memory on a GPU, like a copy; the vector units on
-        a CPU, where contention slows the selectors and barely moves a copy), so it moves with them when
-        the machine drifts."""
+        """The group's in-turn reference, timed as the cases are: `torch.exp(logits, out=dst)`, what rows are
+        judged against, and `dst.copy_(logits)`, the one-read floor giving `copy_gbps_in_turn`. The exp shares
+        the selectors' bottleneck (memory on a GPU; the vector units on a CPU, where contention barely moves
+        a copy), so it moves with them when the machine drifts."""
         logits = self.logits(case)
         dst = torch.empty_like(logits, memory_format=torch.contiguous_format)
         graphed = case.path == "graph" and self.device.type == "cuda"
@@ -134,13 +108,7 @@ class KernelRunner:
         copy = sampler(lambda: dst.copy_(logits))
         copy.every = COPY_EVERY
         copy_bytes = 2 * logits.numel() * logits.element_size()
-
-        def row(
-            refs: Sequence[timing.Samples], own: timing.Samples, figures: dict[str, object]
-        ) -> dict[str, object]:
-            return reference_figures(refs[0], refs[1], own, figures, copy_bytes)
-
-        return InTurnReference((exp, copy), row)
+        return InTurnReference((exp, copy), functools.partial(reference_figures, copy_bytes=copy_bytes))
 
     def identify(self, case: Case) -> dict[str, object]:
         return {**case_row(case, self.env), "launch": launch_of(case)}
@@ -163,8 +131,7 @@ class KernelRunner:
         return prepared, check, memory.peak_temp_bytes(measured, self.info)
 
     def prepare_timed(self, case: Case) -> ReadyCase:
-        """Prepare and check the case, untimed: its sampler, and its figures from samples (with counters,
-        also its measured HBM bytes)."""
+        """Prepare and check the case, untimed: its sampler and its figures from samples (counters too)."""
         prepared, check, peak_temp = self.prepare(case)
 
         def row(samples: timing.Samples) -> dict[str, object]:
@@ -184,32 +151,26 @@ class KernelRunner:
 
     def figures(self, case: Case, samples: timing.Samples, peak_temp: int) -> dict[str, object]:
         """Time, bytes and bandwidth columns of one measured case."""
-        dtype = dtypes.dtype_of(case.dtype)
-        traffic = variants.get(case.variant).traffic(case.batch, case.vocab, case.topk, dtype)
-        ideal = variants.ideal_traffic(case.batch, case.vocab, case.topk, dtype)
-        copy = self.env["copy_gbps"]
-        return figures(
-            samples, traffic, ideal, peak_temp, self.info.peak_gbps, copy, self.info.model_cache_bytes
-        )
+        shape = (case.batch, case.vocab, case.topk, dtypes.dtype_of(case.dtype))
+        traffic, ideal = variants.get(case.variant).traffic(*shape), variants.ideal_traffic(*shape)
+        info, copy = self.info, self.env["copy_gbps"]
+        return figures(samples, traffic, ideal, peak_temp, info.peak_gbps, copy, info.model_cache_bytes)
 
 
+# The copy's median is a rate, not a per-round anchor, and a cold sample costs a flush: sampled every
+# `COPY_EVERY` rounds (7 of 25, 2 of 5), it costs a quarter of what the exp does.
 COPY_EVERY = 4
-"""The in-turn copy is sampled every `COPY_EVERY` rounds (7 of 25, 2 of 5): its median is a rate, not a
-per-round anchor, and a cold sample costs a flush (3 ms on the 2-core VM), so the copy costs a quarter of
-what the exp does."""
+# How the `reference` column starts (format 2's was "logits copy": `compare` judges two runs against the
+# reference only where both sampled the same).
 REFERENCE = "logits exp"
-"""What the in-turn reference rows are judged against is, as the `reference` column starts (format 2's
-was "logits copy": `compare` judges two runs against the reference only where both sampled the same)."""
 
 
 def reference_figures(
-    ref: timing.Samples, copy: timing.Samples, own: timing.Samples, row: dict[str, object], copy_bytes: int
+    refs: Sequence[timing.Samples], own: timing.Samples, row: dict[str, object], copy_bytes: int
 ) -> dict[str, object]:
-    """A row's reference columns: the reference's median and p20/p80, the row's time over it per round
-    (`vs_ref`: median, p20, p80), the copy sampled beside it (its median, its rate) and the row's `gbps`
-    as a percent of that rate."""
+    """A row's reference columns: the exp's quantiles, `vs_ref` per round, the copy's rate and `pct_copy`."""
+    ref, copy = refs[0], refs[1].taken()
     ratio = timing.paired_ratio(own, ref)
-    copy = copy.taken()
     rate = memory.gbps(copy_bytes, copy.median_us * 1e-6)
     gbps = row.get("gbps")
     return {

@@ -1,7 +1,6 @@
 """The tensor-parallel case kind's `run`: a torchrun of the workers (`tp_runner.worker`) per tp size, rank 0's
-rows streamed back from `out_dir/tp/tp{N}.jsonl` (the workers' output: `tp{N}.log`). A group that cannot run
-gives a skipped row per case, with the reason; cases a crashed or timed-out worker never reached: error rows.
-"""
+rows streamed back from `out_dir/tp/tp{N}.jsonl` (output: `tp{N}.log`). A group that cannot run gives skipped
+rows, with the reason; cases a crashed or timed-out worker never reached: error rows."""
 
 from __future__ import annotations
 
@@ -91,8 +90,7 @@ def _launch(
 def _stream(
     proc: subprocess.Popen, out: Path, wanted: set[str], seen: set[str], deadline: float
 ) -> Generator[dict, None, bool]:
-    """The rows of `wanted` cases appended to `out` (each once, added to `seen`) until the worker exits, or
-    stopped at `deadline`; returns whether it timed out."""
+    """Rows of `wanted` from `out` (each once, into `seen`) until the worker exits; True if it timed out."""
     offset = 0
     try:
         while True:

@@ -4,11 +4,9 @@
     tensor_parallel.names() -> list[str]          the registered ones, the baseline first
     tensor_parallel.get(name)(local, k) -> (topk_p float32 [B, k], topk_index int64 [B, k]) on every rank
 
-`allgather_<NAME>` all-gathers the logits, then runs the single-device selector NAME on them: the engines'
-usual path. Registered: `allgather_full_softmax` (the baseline) and `allgather_identity`; any other NAME
-works too, a built-in (`allgather_identity_engine_order`) or an external one (`allgather_mypkg.kernels:topk`,
-or an entry-point name), so an engine's own kernel runs under tensor parallelism as engines run it today.
-The merge-partials variants (`sharded_torch`, `sharded_triton`) are in `sharded`; adding one: a
+`allgather_<NAME>` all-gathers the logits, then runs the single-device selector NAME, the engines' usual
+path: registered for `full_softmax` (the baseline) and `identity`, made on demand for any other built-in or
+external NAME (`allgather_mypkg.kernels:topk`). The merge-partials variants are in `sharded`; adding one: a
 `TPVariant` (`tp_base`) named in `_registry`.
 """
 
@@ -30,8 +28,7 @@ _GATHERED: dict[str, TPVariant] = {}
 
 
 def gather_logits(local: Local) -> torch.Tensor:
-    """Full `[B, V]` logits on every rank, as a vocabulary-parallel LM head makes them: the all-gather
-    stacks the padded slices by rank, a copy moves them to the column axis, the padding is sliced off."""
+    """Full `[B, V]` logits on every rank, as a vocabulary-parallel LM head makes them (padding dropped)."""
     slices = local.group.all_gather(local.padded)  # [tp, B, padded_width]
     return slices.permute(1, 0, 2).reshape(local.padded.shape[0], -1)[:, : local.shard.vocab]
 
@@ -43,21 +40,15 @@ def gather_traffic(batch: int, vocab: int, dtype: torch.dtype, tp: int) -> Traff
     return Traffic(slice_bytes, gathered, gathered) + Traffic(gathered, gathered, gathered)
 
 
-def gather_comm_bytes(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> int:
-    """Each rank receives (tp - 1) padded slices of `B x ceil(V / tp)` logits."""
-    return (tp - 1) * batch * padded_width(vocab, tp) * dtype.itemsize
-
-
 def allgather_variant(single_name: str) -> TPVariant:
-    """`allgather_<single_name>`: gather the logits, then run the single-device selector on them (a
-    `KeyError` or `variants.ExternalSelectorError` when it is no selector)."""
+    """`allgather_<single_name>`: that selector on the gathered logits (`KeyError` etc. if it is none)."""
     single = variants.get(single_name)
     return TPVariant(
         name=ALLGATHER_PREFIX + single_name,
         select=lambda local, k: single.select(gather_logits(local), k),
         accuracy=single.accuracy,
         traffic=lambda b, v, k, dtype, tp: gather_traffic(b, v, dtype, tp) + single.traffic(b, v, k, dtype),
-        comm_bytes=gather_comm_bytes,
+        comm_bytes=lambda b, v, k, dtype, tp: (tp - 1) * b * padded_width(v, tp) * dtype.itemsize,  # received
         max_k=single.max_k,
     )
 
@@ -86,8 +77,7 @@ def gathered(name: str) -> TPVariant | None:
 
 
 def get(name: str) -> TPVariant:
-    """The variant called `name` (registered, or `allgather_<selector>`); a `KeyError` naming the known
-    ones otherwise."""
+    """The variant `name` (registered, or `allgather_<selector>`); a `KeyError` naming the known ones."""
     variant = _registry().get(name) or gathered(name)
     if variant is None:
         known = f"{', '.join(_registry())}, or {ALLGATHER_PREFIX}<a single-device selector>"

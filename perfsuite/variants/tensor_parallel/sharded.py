@@ -101,16 +101,14 @@ def triton_merge(wire: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 def torch_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> Traffic:
-    """The identity's passes over the rank's slice, then the partials: packed, gathered from tp ranks,
-    interleaved and merged into the outputs."""
+    """The identity's passes over the rank's slice, then the partials packed, gathered and merged."""
     wire = wire_bytes(batch, k)
     local = variants.get("identity").traffic(batch, padded_width(vocab, tp), k, dtype)
     return local + Traffic(2 * wire + 2 * tp * wire, wire + 2 * tp * wire + batch * k * 12)
 
 
 def triton_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, tp: int) -> Traffic:
-    """One read of the slice and the outputs, plus the partials, each byte read and written once: by stage
-    1, packed, gathered from tp ranks, interleaved and unpacked, read by the merge."""
+    """One read of the slice, the outputs, and the partials read and written once (stage 1, wire, merge)."""
     parts = rank_plan(batch, vocab, k, tp, dtype.itemsize).n_splits
     part, wire = plans.partial_bytes(batch, parts, k), wire_bytes(batch, k, parts)
     moved = part + wire + 2 * tp * wire + tp * part
