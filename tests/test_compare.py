@@ -177,6 +177,31 @@ def test_what_each_figure_of_a_row_decides():
     assert judged(a, b)["outcome"] == "slower" and judged(b, a)["outcome"] == "faster"
 
 
+def scattered(seed: int, factor: float = 1.0, cases: int = 20) -> pd.DataFrame:
+    """Two runs of `cases` cases of one variant whose medians moved apart by a between-run factor each
+    (10 % robust SD) far above their rounds' own scatter (2 %); the new run `factor` times slower."""
+    moved = np.random.default_rng(seed).lognormal(0.0, 0.1, cases) * factor
+    base = [{**measured("identity", 1000 + i, r := rounds(i)), SECONDS: tuple(r)} for i in range(cases)]
+    new = [
+        {**measured("identity", 1000 + i, r := rounds(100 + i, factor=m), run="run-b"), SECONDS: tuple(r)}
+        for i, m in enumerate(moved)
+    ]
+    return compare(to_frame(base), to_frame(new), 0.05).table
+
+
+def test_the_floor_is_at_least_the_variant_run_to_run_scatter(monkeypatch):
+    """Cases whose two runs differ by more than their rounds say, as much as the variant's other cases do,
+    are noisy, not slower; a variant that moved as a whole (1.3x) has no floor: its cases' intervals
+    and the threshold decide. Without the run's floors, the first are called slower and faster."""
+    aa, slowed = scattered(1), scattered(2, factor=1.3)
+    assert set(aa["outcome"]) <= {"same", "noisy"} and (aa["floor"] > 1.25).all()
+    assert (slowed["floor"] == 1).all()
+    assert set(slowed.loc[slowed["low"] > 1, "outcome"]) <= {"slower", "same"}
+    assert slowed["outcome"].eq("slower").mean() > 0.8
+    monkeypatch.setattr("perfsuite.compare.match.run_floors", lambda table, threshold: table["floor"])
+    assert {"slower", "faster"} <= set(scattered(1)["outcome"])
+
+
 def test_the_decision_table_is_written_once_and_shown_in_the_docs():
     assert rule.DECISION_TABLE in rule.__doc__
     assert rule.DECISION_TABLE in (ROOT / "docs" / "comparing.md").read_text(encoding="utf-8")

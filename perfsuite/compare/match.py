@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfsuite.compare.rule import Side, judge, outcome
+from perfsuite.compare.rule import Side, judge, outcome, run_floors
 from perfsuite.results import columns
 from perfsuite.results.columns import CASE_KEYS
 from perfsuite.results.run import load_run
@@ -74,11 +74,8 @@ def _text(value: object, missing: str = "-") -> str:
 
 
 def _array(samples: object) -> np.ndarray | None:
-    return (
-        np.asarray(samples, float)
-        if isinstance(samples, (list, tuple, np.ndarray)) and len(samples)
-        else None
-    )
+    listed = isinstance(samples, (list, tuple, np.ndarray)) and len(samples)
+    return np.asarray(samples, float) if listed else None
 
 
 def _side(frame: pd.DataFrame, keys: list[str], prefix: str) -> tuple[pd.DataFrame, int]:
@@ -139,9 +136,12 @@ def compare(
     several = "device" in keys and table["device"].map(_text).nunique() > 1
     table.insert(0, "case", [_label(r, keys, several) for r in table.to_dict("records")])
     table["ratio"] = table["new_median_us"] / table["base_median_us"]
-    judged = [_judged(r, threshold) for r in table.to_dict("records")]
+    judged = [_judged(r) for r in table.to_dict("records")]
     table = table.drop(columns=[f"{s}_{c}" for s in ("base", "new") for c in (SECONDS, REF_SECONDS)])
     table = pd.concat([table, pd.DataFrame(judged, index=table.index, columns=list(JUDGED))], axis=1)
+    table["floor"] = run_floors(table, threshold)
+    figures = table[["shift", "low", "high", "floor"]].to_numpy()
+    table["outcome"] = [outcome(*f, threshold) for f in figures]
     rank = (-table["shift"].fillna(1), table["outcome"].map(ORDER.index), ~failing(table))
     table = table.iloc[np.lexsort(rank)].reset_index(drop=True)
     left_only, right_only = int(sides["left_only"]), int(sides["right_only"])
@@ -171,8 +171,9 @@ def _logs(values: np.ndarray) -> np.ndarray | None:
     return np.log(kept) if len(kept) else None
 
 
-def _judged(row: dict, threshold: float) -> tuple:
-    """A matched case's `JUDGED` figures: against the reference where both runs sampled the same one."""
+def _judged(row: dict) -> tuple:
+    """A matched case's `JUDGED` figures (its rounds' floor, the outcome to come): against the reference
+    where both runs sampled the same one."""
     base_ok, new_ok = row["base_status"] == "ok", row["new_status"] == "ok"
     by_reference = workload(row["base_reference"]) == workload(row["new_reference"]) != ""
     sides = [_witness(row, s, by_reference) for s in ("base", "new")]
@@ -185,7 +186,7 @@ def _judged(row: dict, threshold: float) -> tuple:
     worse = base_rank is not None and new_rank is not None and new_rank > base_rank
     check = "broken" if base_ok and row["new_status"] == "error" else "parity worse" if worse else ""
     witness = f"{'vs reference' if by_reference else 'own time'}, {counted}"
-    return witness, *shift, outcome(*shift, threshold), check
+    return witness, *shift, "", check
 
 
 def _label(row: dict, keys: list[str], with_device: bool) -> str:

@@ -4,8 +4,13 @@ the decision table below (`ROWS`; `compare --help` and docs/comparing.md show it
 The witness: where both runs sampled the same in-turn reference with the case, the ratio of the case's time
 to the reference's in each round (a machine slower in those seconds moves both alike); else its own samples.
 The shift is their Hodges-Lehmann estimate of new over base in log space, its interval the Mann-Whitney one
-at `LEVEL`, the floor the rounds' own spread in these two runs. Without raw samples on both sides the rows
-stand in: the medians' ratio, new p20 / base p80 to new p80 / base p20, the floor from their p20/p80.
+at `LEVEL`. The floor is the larger of two spreads learnt from the two runs: the case's rounds' own (their
+p20-p80), and the run-to-run scatter of its variant's shifts over the whole run (`SIGMAS` robust standard
+deviations around their median): the rounds of one run agree more closely than two runs do, and how much
+more shows across a variant's cases. A variant that moved as a whole (its median shift beyond the
+threshold by `SIGMAS` standard errors) is a change of its code: its cases have no floor, their interval
+and the threshold decide. Without raw samples on both sides the rows stand in: the medians' ratio, new
+p20 / base p80 to new p80 / base p20, the rounds' spread from their p20/p80.
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 
+SIGMAS = 4.0
+"""Robust SDs of a variant's run-to-run scatter a case must clear, and standard errors its median shift
+must clear: two runs' scatter has heavier tails than a normal law's; a compare judges hundreds of cases."""
+MIN_CASES = 10  # a variant's cases needed to learn its scatter (fewer: the rounds' spread alone)
 LEVEL = 0.99
 """The interval's confidence: a compare judges hundreds of cases, so about one in a hundred unchanged ones
 has an interval clear of 1 by chance; the threshold and the floor stand between it and a verdict."""
@@ -39,7 +49,9 @@ ROWS: tuple[tuple[str, str, Callable[[float, float, float, float, float], bool]]
 threshold); a case gets the first row that holds."""
 LEGEND = (
     "shift: new/base of the case's witness (Hodges-Lehmann); low, high: its 99 % interval (Mann-Whitney); "
-    "floor: sqrt(base p80/p20 x new p80/p20) of the witness's rounds; threshold: --fail-on (default 5 %)."
+    "floor: the larger of sqrt(base p80/p20 x new p80/p20) of the witness's rounds and exp(4 robust SDs) of "
+    "its variant's shifts over the run (1 where the whole variant moved past the threshold by 4 SEs); "
+    "threshold: --fail-on (default 5 %)."
 )
 DECISION_TABLE = "\n".join(
     [f"{'outcome':<16}condition", *(f"{o:<16}{c}" for o, c, _ in ROWS), *textwrap.wrap(LEGEND, 100)]
@@ -87,3 +99,16 @@ def judge(base: Side, new: Side) -> tuple[float, float, float, float]:
         low, high = (shift, shift) if math.isnan(low + high) else (low, high)
         floor = 0.0 if math.isnan(b80 - b20 + n80 - n20) else (b80 - b20 + n80 - n20) / 2
     return math.exp(shift), math.exp(low), math.exp(high), math.exp(floor)
+
+
+def run_floors(table: pd.DataFrame, threshold: float) -> pd.Series:
+    """Each case's floor: the larger of its rounds' (`floor`) and its variant's scatter (`SIGMAS` robust SDs
+    of its cases' log shifts, one witness kind); 1 where their median is past the threshold by SIGMAS SEs."""
+    logs = np.log(table["shift"].astype(float)).replace([-np.inf, np.inf], np.nan)
+    group = table["variant"].astype(str) + " " + table["witness"].str.split(",").str[0]
+    middle, count = logs.groupby(group).transform("median"), logs.groupby(group).transform("count")
+    sigma = 1.4826 * (logs - middle).abs().groupby(group).transform("median")
+    learnt = count >= MIN_CASES
+    moved = learnt & (middle.abs() - SIGMAS * sigma / np.sqrt(count) > math.log1p(threshold))
+    floor = np.maximum(np.log(table["floor"].astype(float)), (SIGMAS * sigma).where(learnt, 0.0))
+    return np.exp(floor.mask(moved, 0.0))
