@@ -40,6 +40,18 @@ def scenario_arguments(
         )
 
 
+def battery_arguments(parser: argparse.ArgumentParser) -> None:
+    """The conformance battery's selection (`check`, and `warm --check`): --case, --dtype, --quick."""
+    parser.add_argument("--case", action="append", default=[], help="only cases matching this glob (repeat)")
+    parser.add_argument("--dtype", action="append", default=[], help="only this logits dtype (repeat)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a subset for CI: two of the large vocabularies, V 1 and 2 of the tiny ones, two offsets, no "
+        "split-crossing ties",
+    )
+
+
 def scenario_of(args: argparse.Namespace) -> Scenario:
     """The scenario file with the command line's overrides (--device, --threads, --variant)."""
     scenario = load(args.scenario)

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.commands import EXIT_FINDING, EXIT_INTERRUPTED, EXIT_OK, UsageError, print_caveats
+from perfsuite.commands import (
+    EXIT_FINDING,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UsageError,
+    battery_arguments,
+    print_caveats,
+)
 
 NAME = "check"
 HELP = "the conformance battery on selectors: edge shapes, non-finite rows, ties, dtypes, graphs"
@@ -29,14 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", default="auto", help="auto (the first GPU, else the CPU), cpu, cuda, cuda:N"
     )
     parser.add_argument("--csv", help="write every row (all selectors) as CSV")
-    parser.add_argument("--case", action="append", default=[], help="only cases matching this glob (repeat)")
-    parser.add_argument("--dtype", action="append", default=[], help="only this logits dtype (repeat)")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a subset for CI: two of the large vocabularies, V 1 and 2 of the tiny ones, two offsets, no "
-        "split-crossing ties",
-    )
+    battery_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
+from perfsuite.commands import battery_arguments
 from perfsuite.core.console import number_at_least
 
 NAME = "warm"
@@ -27,9 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--check", action="append", default=[], metavar="SELECTOR",
         help="the conformance battery's launches on this selector, last (repeat)",
     )  # fmt: skip
-    parser.add_argument("--quick", action="store_true", help="the battery's --quick subset")
-    parser.add_argument("--case", action="append", default=[], help="the battery's --case globs (repeat)")
-    parser.add_argument("--dtype", action="append", default=[], help="the battery's --dtype (repeat)")
+    battery_arguments(parser)  # --case, --dtype, --quick: which battery cases --check warms
     parser.add_argument("--device", default="auto", help="without a scenario: auto, cuda, cuda:N")
     parser.add_argument(
         "--keys", type=Path, help="skip the keys this file lists (warmed before), add the ones warmed now"
