@@ -91,7 +91,7 @@ def test_outcomes_and_the_parity_and_status_check():
     assert slower["floor"] == pytest.approx(1.02 / 0.98)  # sqrt(base p80/p20 x new p80/p20)
     text = text_table(result)
     assert "1 slower, 1 noisy, 1 faster, 2 same, 1 not comparable; 1 broken; 1 parity worse" in text
-    assert "pass→fail" in text and "1 only in base" in text and "99 % interval" in text
+    assert "pass→fail" in text and "1 only in base" in text and "95 % interval" in text
 
 
 def test_a_bigger_threshold_or_no_spread():
@@ -167,9 +167,9 @@ def test_what_each_figure_of_a_row_decides():
     assert same["low"] > 1 and same["shift"] < 1.05  # significant, but within the threshold
     noisy = ROW_CASES["noisy"]()
     assert noisy["low"] > 1 and 1.05 < noisy["shift"] < noisy["floor"]  # past the threshold, within the floor
-    few = judged(rounds(11, n=4), rounds(12, n=4, factor=2))  # 4 rounds a side: no interval at the 99 % level
+    few = judged(rounds(11, n=2), rounds(12, n=2, factor=2))  # 2 rounds a side: no interval at the 95 % level
     assert (few["low"], few["high"], few["outcome"]) == (0.0, math.inf, "noisy")
-    holds_one = judged(rounds(15, n=6, sigma=0.05), rounds(115, n=6, sigma=0.05, factor=1.12))
+    holds_one = judged(rounds(15, n=4, sigma=0.08), rounds(115, n=4, sigma=0.08, factor=1.12))
     assert holds_one["low"] < 1 and holds_one["shift"] > max(1.05, holds_one["floor"])  # past both, but
     assert holds_one["outcome"] == "noisy"  # its interval holds 1
     assert judged(rounds(1), rounds(2, factor=1.2), threshold=0.25)["outcome"] == "same"
@@ -198,7 +198,7 @@ def test_the_floor_is_at_least_the_variant_run_to_run_scatter(monkeypatch):
     assert (slowed["floor"] == 1).all()
     assert set(slowed.loc[slowed["low"] > 1, "outcome"]) <= {"slower", "same"}
     assert slowed["outcome"].eq("slower").mean() > 0.8
-    monkeypatch.setattr("perfsuite.compare.match.run_floors", lambda table, threshold: table["floor"])
+    monkeypatch.setattr("perfsuite.compare.match.run_floors", lambda table, threshold, shapes: table["floor"])
     assert {"slower", "faster"} <= set(scattered(1)["outcome"])
 
 

@@ -136,10 +136,10 @@ def test_a_fast_spell_in_a_case_rounds_hides_no_slowdown_and_makes_nothing_faste
     others = table[table["variant"] != "full_softmax"]
     assert (others.loc[in_spells, "ratio"] < 0.85).all() and set(others["outcome"]) == {"same"}
     text = text_table(result, limit=200)
-    assert "vs ref, 25/25 rounds" in text and "99 % interval" in text
+    assert "vs ref, 25/25 rounds" in text and "95 % interval" in text
     page = build_compare_page(result, tmp_path / "compare.html").read_text(encoding="utf-8")
     assert (
-        "<th>99 % interval</th>" in page and "<th>floor</th>" in page and "drift: the reference moved" in page
+        "<th>95 % interval</th>" in page and "<th>floor</th>" in page and "drift: the reference moved" in page
     )
 
 

@@ -211,7 +211,7 @@ def test_compare_page_without_plotly(run_dir: Path, tmp_path: Path) -> None:
     page = out.read_text(encoding="utf-8")
     assert NOT_INSTALLED in page and "perfsuite compare BASE NEW --out FILE.html" in page
     assert "<script" not in page and "plotly-graph-div" not in page
-    assert "FAIL:" in page and "<th>99 % interval</th>" in page and ">1.2</td>" in page
+    assert "FAIL:" in page and "<th>95 % interval</th>" in page and ">1.2</td>" in page
     assert page.count(MISSING_FIGURE) == 1
 
 

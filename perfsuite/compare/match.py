@@ -139,7 +139,8 @@ def compare(
     judged = [_judged(r) for r in table.to_dict("records")]
     table = table.drop(columns=[f"{s}_{c}" for s in ("base", "new") for c in (SECONDS, REF_SECONDS)])
     table = pd.concat([table, pd.DataFrame(judged, index=table.index, columns=list(JUDGED))], axis=1)
-    table["floor"] = run_floors(table, threshold)
+    shapes = ["\x1f".join(map(_text, r)) for r in table[[k for k in keys if k != "variant"]].to_numpy()]
+    table["floor"] = run_floors(table, threshold, pd.Series(shapes, index=table.index, dtype=object))
     figures = table[["shift", "low", "high", "floor"]].to_numpy()
     table["outcome"] = [outcome(*f, threshold) for f in figures]
     rank = (-table["shift"].fillna(1), table["outcome"].map(ORDER.index), ~failing(table))

@@ -4,13 +4,15 @@ the decision table below (`ROWS`; `compare --help` and docs/comparing.md show it
 The witness: where both runs sampled the same in-turn reference with the case, the ratio of the case's time
 to the reference's in each round (a machine slower in those seconds moves both alike); else its own samples.
 The shift is their Hodges-Lehmann estimate of new over base in log space, its interval the Mann-Whitney one
-at `LEVEL`. The floor is the larger of two spreads learnt from the two runs: the case's rounds' own (their
-p20-p80), and the run-to-run scatter of its variant's shifts over the whole run (`SIGMAS` robust standard
-deviations around their median): the rounds of one run agree more closely than two runs do, and how much
-more shows across a variant's cases. A variant that moved as a whole (its median shift beyond the
-threshold by `SIGMAS` standard errors) is a change of its code: its cases have no floor, their interval
-and the threshold decide. Without raw samples on both sides the rows stand in: the medians' ratio, new
-p20 / base p80 to new p80 / base p20, the rounds' spread from their p20/p80.
+at `LEVEL`. The floor is the largest of three spreads learnt from the two runs: the case's rounds' own
+(their p20-p80); the run-to-run scatter of its variant's shifts over the whole run (`SIGMAS` robust standard
+deviations around their median), since the rounds of one run agree more closely than two runs do; and,
+against the reference, how far the other variants of its shape moved its way in the same rounds (their
+median shift, with the threshold), since a reference that moved alone in one shape's rounds moves all of
+them alike. A variant that moved as a whole (its median shift beyond the threshold by `SIGMAS` standard
+errors) is a change of its code: its cases have no floor, their interval and the threshold decide. Without
+raw samples on both sides the rows stand in: the medians' ratio, new p20 / base p80 to new p80 / base p20,
+the rounds' spread from their p20/p80.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-SIGMAS = 4.0
+SIGMAS = 5.0
 """Robust SDs of a variant's run-to-run scatter a case must clear, and standard errors its median shift
-must clear: two runs' scatter has heavier tails than a normal law's; a compare judges hundreds of cases."""
+must clear: two runs' scatter has heavier tails than a normal law's (on a loaded VM about 2 in 1,000 cases
+lie past 4), and a compare judges hundreds of cases."""
 MIN_CASES = 10  # a variant's cases needed to learn its scatter (fewer: the rounds' spread alone)
-LEVEL = 0.99
-"""The interval's confidence: a compare judges hundreds of cases, so about one in a hundred unchanged ones
-has an interval clear of 1 by chance; the threshold and the floor stand between it and a verdict."""
+LEVEL = 0.95
+"""The interval's confidence: it decides alone only where the floor is 1 (a variant that moved as a whole);
+elsewhere the floor, far wider than the interval, stands between an unchanged case and a verdict."""
 Z = NormalDist().inv_cdf((1 + LEVEL) / 2)
 
 ROWS: tuple[tuple[str, str, Callable[[float, float, float, float, float], bool]], ...] = (
@@ -48,9 +51,12 @@ ROWS: tuple[tuple[str, str, Callable[[float, float, float, float, float], bool]]
 """The decision table: each row's outcome, its condition as text and as code (of shift, low, high, floor and
 threshold); a case gets the first row that holds."""
 LEGEND = (
-    "shift: new/base of the case's witness (Hodges-Lehmann); low, high: its 99 % interval (Mann-Whitney); "
-    "floor: the larger of sqrt(base p80/p20 x new p80/p20) of the witness's rounds and exp(4 robust SDs) of "
-    "its variant's shifts over the run (1 where the whole variant moved past the threshold by 4 SEs); "
+    "shift: new/base of the case's witness (Hodges-Lehmann); low, high: its "
+    f"{100 * LEVEL:.0f} % interval (Mann-Whitney); "
+    "floor: the largest of sqrt(base p80/p20 x new p80/p20) of the witness's rounds, "
+    f"exp({SIGMAS:g} robust SDs) of its variant's shifts over the run and, against the reference, "
+    "(1 + threshold) x the median shift of its shape's other variants where that lies the case's way "
+    f"(its inverse for faster); 1 where the whole variant moved past the threshold by {SIGMAS:g} SEs; "
     "threshold: --fail-on (default 5 %)."
 )
 DECISION_TABLE = "\n".join(
@@ -101,14 +107,21 @@ def judge(base: Side, new: Side) -> tuple[float, float, float, float]:
     return math.exp(shift), math.exp(low), math.exp(high), math.exp(floor)
 
 
-def run_floors(table: pd.DataFrame, threshold: float) -> pd.Series:
-    """Each case's floor: the larger of its rounds' (`floor`) and its variant's scatter (`SIGMAS` robust SDs
-    of its cases' log shifts, one witness kind); 1 where their median is past the threshold by SIGMAS SEs."""
+def run_floors(table: pd.DataFrame, threshold: float, shapes: pd.Series) -> pd.Series:
+    """Each case's floor: the largest of its rounds' (`floor`), its variant's scatter (`SIGMAS` robust SDs of
+    its cases' log shifts, one witness kind) and, judged against the reference, its shape's move (the median
+    log shift of the other cases of its `shapes` key against it, where that lies the case's way, with the
+    threshold's); 1 where the variant's median is past the threshold by `SIGMAS` SEs."""
     logs = np.log(table["shift"].astype(float)).replace([-np.inf, np.inf], np.nan)
     group = table["variant"].astype(str) + " " + table["witness"].str.split(",").str[0]
     middle, count = logs.groupby(group).transform("median"), logs.groupby(group).transform("count")
     sigma = 1.4826 * (logs - middle).abs().groupby(group).transform("median")
     learnt = count >= MIN_CASES
     moved = learnt & (middle.abs() - SIGMAS * sigma / np.sqrt(count) > math.log1p(threshold))
+    by_ref = logs.where(group.str.endswith(" vs reference"))
+    aside = by_ref.groupby(shapes.to_numpy(), group_keys=False).apply(
+        lambda shape: pd.Series([shape.drop(i).median() for i in shape.index], index=shape.index, dtype=float)
+    )
+    shape_move = (aside.abs() + math.log1p(threshold)).where(aside * by_ref > 0, 0.0)
     floor = np.maximum(np.log(table["floor"].astype(float)), (SIGMAS * sigma).where(learnt, 0.0))
-    return np.exp(floor.mask(moved, 0.0))
+    return np.exp(np.maximum(floor, shape_move).mask(moved, 0.0))
