@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from perfsuite import cli
+from perfsuite.commands.compare import parse_threshold
 from perfsuite.compare import rule
-from perfsuite.compare.match import SECONDS, compare, drift_line, load_side, parse_threshold
+from perfsuite.compare.match import SECONDS, compare, load_side
 from perfsuite.measure import timing
-from perfsuite.report.compare_page import text_table
+from perfsuite.report.compare_page import drift_line, text_table
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 
 ROOT = Path(__file__).resolve().parent.parent

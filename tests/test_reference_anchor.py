@@ -19,10 +19,11 @@ from test_run import run
 
 from perfsuite import cli
 from perfsuite.cases import protocol
-from perfsuite.compare.match import REF_SECONDS, SECONDS, compare, drift_line, load_side
+from perfsuite.compare import rule
+from perfsuite.compare.match import REF_SECONDS, SECONDS, compare, load_side
 from perfsuite.core.settings import Timing
 from perfsuite.measure import timing
-from perfsuite.report.compare_page import build_compare_page, text_table
+from perfsuite.report.compare_page import build_compare_page, drift_line, text_table
 from perfsuite.results.read import read_samples
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 
@@ -141,6 +142,33 @@ def test_a_fast_spell_in_a_case_rounds_hides_no_slowdown_and_makes_nothing_faste
     assert (
         "<th>95 % interval</th>" in page and "<th>floor</th>" in page and "drift: the reference moved" in page
     )
+
+
+def test_a_reference_that_moved_alone_in_one_shape_is_no_change_but_a_variant_moved_alone_is(monkeypatch):
+    """The reference 25 % faster in one shape's rounds makes its four variants look 1.33x slower against
+    it: their floor is the others' move (noisy, not slower). full_softmax 1.3x slower alone in another
+    shape is slower. Without the shape's floor the first four are called slower."""
+    base = sampled_run(1, 1.0)
+    new = sampled_run(2, 1.0, run_label="run-b", ref_spells={3: 0.75})
+    at = next(i for i, (r, _, _) in enumerate(new) if (r["variant"], r["vocab"]) == ("full_softmax", 1007))
+    _, own, ref = new[at]
+    new[at] = (as_written("full_softmax", 1007, own * 1.3, ref, "run-b"), own * 1.3, ref)
+    table = compare(frame(base), frame(new), 0.05).table
+    moved_ref = table[table["vocab"] == 1003]
+    assert len(moved_ref) == 4 and (moved_ref["shift"] > 1.25).all()
+    assert moved_ref["outcome"].eq("noisy").all() and (moved_ref["floor"] > moved_ref["shift"]).all()
+    assert list(table.loc[table["outcome"] == "slower", "case"]) == [
+        "full_softmax/eager/bfloat16/V1007/B1/k1/gaussian"
+    ]
+    floors = rule.run_floors
+    monkeypatch.setattr(  # every case a shape of its own: no other variant beside it
+        "perfsuite.compare.match.run_floors",
+        lambda table, threshold, shapes: floors(
+            table, threshold, pd.Series(range(len(shapes)), index=shapes.index)
+        ),
+    )
+    without = compare(frame(base), frame(new), 0.05).table
+    assert without.loc[without["vocab"] == 1003, "outcome"].eq("slower").all()
 
 
 def test_aa_pairs_reads_its_figures_from_the_compare_table(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import textwrap
 from pathlib import Path
 
@@ -24,6 +25,20 @@ AFTER = (
 )
 
 
+def parse_threshold(text: str) -> float:
+    """'5%' or '5' -> 0.05; '0.05' -> 0.05 (a bare number below 1 is a fraction)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%?)\s*", str(text))
+    if not match:
+        raise ValueError(
+            f"--fail-on: expected a percentage such as 5% or a fraction such as 0.05, got {text!r}"
+        )
+    value = float(match.group(1))
+    fraction = value / 100 if match.group(2) or value >= 1 else value
+    if not 0 < fraction < 10:
+        raise ValueError(f"--fail-on: {text!r} is not a usable threshold")
+    return fraction
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from perfsuite.compare.rule import DECISION_TABLE
 
@@ -43,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfsuite.compare.match import KEYS, compare, load_side, parse_threshold
+    from perfsuite.compare.match import KEYS, compare, load_side
     from perfsuite.report.compare_page import build_compare_page, text_table
 
     try:

@@ -9,7 +9,6 @@ in the base errors in the new run: either, or a slower case, fails the compare.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,20 +28,6 @@ JUDGED = ("witness", "shift", "low", "high", "floor", "outcome", "check")
 ORDER = ("slower", "noisy", "faster", "same", "not comparable")
 CHECKS = ("broken", "parity worse")
 VERDICT_RANK = {"pass": 0, "inexact": 1, "fail": 2}
-
-
-def parse_threshold(text: str) -> float:
-    """'5%' or '5' -> 0.05; '0.05' -> 0.05 (a bare number below 1 is a fraction)."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%?)\s*", str(text))
-    if not match:
-        raise ValueError(
-            f"--fail-on: expected a percentage such as 5% or a fraction such as 0.05, got {text!r}"
-        )
-    value = float(match.group(1))
-    fraction = value / 100 if match.group(2) or value >= 1 else value
-    if not 0 < fraction < 10:
-        raise ValueError(f"--fail-on: {text!r} is not a usable threshold")
-    return fraction
 
 
 def load_side(path: str | Path) -> pd.DataFrame:
@@ -195,42 +180,3 @@ def _label(row: dict, keys: list[str], with_device: bool) -> str:
     if not isinstance(case_id, str) or not case_id:
         case_id = "/".join(_text(row[k]) for k in keys if k != "device" and _text(row[k]) != "-")
     return f"{case_id} @ {row['device']}" if with_device and _text(row["device"]) != "-" else case_id
-
-
-def summary_line(comparison: Comparison) -> str:
-    """How many cases matched, per outcome and failed check, and what was left over."""
-    c = comparison
-    left = ((c.base_only, f"only in {c.base_name}"), (c.new_only, f"only in {c.new_name}"),
-            (c.duplicates, "duplicate rows (the last kept)"))  # fmt: skip
-    extra = "; ".join(f"{n} {what}" for n, what in left if n)
-    counts = {o: f"{n} {o}" for o, n in c.counts().items()}
-    outcomes = ", ".join(counts[o] for o in ORDER if o in counts) or "nothing to compare"
-    checks = "".join(f"; {counts[o]}" for o in CHECKS if o in counts)
-    threshold = f"threshold {100 * c.threshold:.3g} %"
-    return f"{len(c.table)} cases matched{f' ({extra})' if extra else ''}: {outcomes}{checks}; {threshold}"
-
-
-def moved(ratio: float) -> str:
-    return f"{100 * (ratio - 1):+.1f} %"
-
-
-def drift_line(comparison: Comparison) -> str:
-    """The runs' drift as the in-turn reference saw it (its own new/base, median over the cases sampled
-    with it), beside the cases' own median shift and their median shift against the reference."""
-    timed = comparison.table[comparison.table["outcome"] != "not comparable"]
-    if timed.empty:
-        return "drift: no case timed in both runs"
-    own = f"the cases' own times {moved(timed['ratio'].median())}"
-    ref = timed[timed["witness"].str.startswith("vs reference")]
-    if ref.empty:
-        return (
-            f"drift: no in-turn reference in both runs; {own} (median over {len(timed)} cases), judged as "
-            "they are: a machine slower in one run moves them all"
-        )
-    drift = (ref["new_ref_median_us"] / ref["base_ref_median_us"]).median()
-    line = (
-        f"drift: the reference moved {moved(drift)} (new/base median over the {len(ref)} cases sampled with "
-        f"it); {own}, against the reference {moved(ref['shift'].median())}"
-    )
-    without = len(timed) - len(ref)
-    return line + (f"; {without} cases judged on their own time (no same reference)" if without else "")

@@ -83,7 +83,7 @@ class Side(NamedTuple):
 def hodges_lehmann(base: np.ndarray, new: np.ndarray) -> tuple[float, float, float]:
     """The Hodges-Lehmann estimate of new - base (the median of every pairwise difference) and the
     Mann-Whitney interval around it at `LEVEL` (normal approximation; -inf, inf where too few values reach
-    that level: 4 a side)."""
+    that level: 2 a side at 95 %)."""
     diffs = np.sort(np.subtract.outer(new, base), axis=None)
     n = diffs.size
     k = math.floor(n / 2 - Z * math.sqrt(n * (len(base) + len(new) + 1) / 12))

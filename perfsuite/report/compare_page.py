@@ -1,5 +1,6 @@
-"""The views of a `perfsuite compare`: the text table it prints and its HTML page (the verdict, the drift,
-the decision table, a plot of each case's shift with its interval, and the cases)."""
+"""The views of a `perfsuite compare`: the text table it prints (the cases, their counts and the drift line)
+and its HTML page (the verdict, the drift, the decision table, a plot of each case's shift with its
+interval, and the cases)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfsuite.compare.match import Comparison, drift_line, failing, summary_line
+from perfsuite.compare.match import CHECKS, ORDER, Comparison, failing
 from perfsuite.compare.rule import LEGEND, LEVEL, ROWS
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import REPORT_LAYOUT, Block, Cell, Note, Section, Table, figure_block
@@ -30,6 +31,45 @@ WITNESS_NOTE = (
     "witness: vs ref, the case's time over the in-turn reference's round by round; own, its own samples; "
     "the rule: perfsuite compare --help"
 )
+
+
+def summary_line(comparison: Comparison) -> str:
+    """How many cases matched, per outcome and failed check, and what was left over."""
+    c = comparison
+    left = ((c.base_only, f"only in {c.base_name}"), (c.new_only, f"only in {c.new_name}"),
+            (c.duplicates, "duplicate rows (the last kept)"))  # fmt: skip
+    extra = "; ".join(f"{n} {what}" for n, what in left if n)
+    counts = {o: f"{n} {o}" for o, n in c.counts().items()}
+    outcomes = ", ".join(counts[o] for o in ORDER if o in counts) or "nothing to compare"
+    checks = "".join(f"; {counts[o]}" for o in CHECKS if o in counts)
+    threshold = f"threshold {100 * c.threshold:.3g} %"
+    return f"{len(c.table)} cases matched{f' ({extra})' if extra else ''}: {outcomes}{checks}; {threshold}"
+
+
+def moved(ratio: float) -> str:
+    return f"{100 * (ratio - 1):+.1f} %"
+
+
+def drift_line(comparison: Comparison) -> str:
+    """The runs' drift as the in-turn reference saw it (its own new/base, median over the cases sampled
+    with it), beside the cases' own median shift and their median shift against the reference."""
+    timed = comparison.table[comparison.table["outcome"] != "not comparable"]
+    if timed.empty:
+        return "drift: no case timed in both runs"
+    own = f"the cases' own times {moved(timed['ratio'].median())}"
+    ref = timed[timed["witness"].str.startswith("vs reference")]
+    if ref.empty:
+        return (
+            f"drift: no in-turn reference in both runs; {own} (median over {len(timed)} cases), judged as "
+            "they are: a machine slower in one run moves them all"
+        )
+    drift = (ref["new_ref_median_us"] / ref["base_ref_median_us"]).median()
+    line = (
+        f"drift: the reference moved {moved(drift)} (new/base median over the {len(ref)} cases sampled with "
+        f"it); {own}, against the reference {moved(ref['shift'].median())}"
+    )
+    without = len(timed) - len(ref)
+    return line + (f"; {without} cases judged on their own time (no same reference)" if without else "")
 
 
 def _cells(rec: pd.Series) -> list[str]:
