@@ -237,7 +237,7 @@ def _speedup_heatmap(s: Summary, part: pd.DataFrame, variant: str) -> list[Block
     rows, dtypes = all_rows[:MAX_HEATMAP_ROWS], ordered(part["dtype"], kc.DTYPE_ORDER)
     titles = [f"{case_label(row_keys, r)} · {d}" for r in rows for d in dtypes]
     cells = part.set_index([*row_keys, "dtype", "batch", "vocab"])
-    cells = cells[~cells.index.duplicated()]
+    cells = cells[~cells.index.duplicated()].sort_index()  # lookups by key; sorted, they stay fast
     panels, traces, limit = cells.index.droplevel(["batch", "vocab"]), [], 1.0
     for n, (row, dtype) in enumerate((r, d) for r in rows for d in dtypes):
         if (*row, dtype) in panels:

@@ -331,7 +331,7 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
         elif kind is not None:
             frame[name] = frame[name].map(_text, na_action="ignore").astype(object)
             frame[name] = frame[name].where(frame[name].notna(), math.nan)
-    return frame.reset_index(drop=True)
+    return frame.reset_index(drop=True).copy()  # one block per type again: columns added later stay cheap
 
 
 def flag(value: object) -> bool | None:
