@@ -104,6 +104,17 @@ def test_a_run_folder_written_by_the_format_3_perfsuite_loads_reports_and_compar
     assert (frame["format_version"] == 3).all() and frame["device"].notna().all()
     assert frame["idx_exact_f64"].notna().any() and "idx_exact_ref" not in frame  # its old name read
     assert run.tables["draft.csv"]["tok_diff_f64"].notna().any()
+    for table_file in ("results.csv", "draft.csv"):  # each old *_ref column's values under its new name
+        written = pd.read_csv(old / table_file)
+        renamed = {ref: f64 for ref, f64 in columns.RENAMED.items() if ref in written}
+        assert len(renamed) >= 4, renamed
+        for ref, f64 in renamed.items():
+            assert run.tables[table_file][f64].tolist() == written[ref].tolist(), f64
+    assert frame["p_relerr_f64"].nunique() > 1  # not one repeated value: the rows' own
+    side = load_side(old)  # the per-round samples and the reference's, read from samples.jsonl
+    assert [len(s or ()) for s in side["ref_seconds"]] == side["samples"].tolist() == [5] * len(frame)
+    same = compare(side, load_side(old)).table
+    assert len(same) == len(frame) and same["witness"].eq("vs reference, 5/5 rounds").all()  # not p20/p80
     assert cli.main(["report", str(old), "--out", str(tmp_path / "r.html")]) == 0
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert 'id="edge-cases"' in page and "Draft loop" in page

@@ -10,35 +10,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support import measured, row, with_seconds, write_run
 
 from perfsuite import cli
 from perfsuite.commands.compare import parse_threshold
 from perfsuite.compare import rule
 from perfsuite.compare.match import SECONDS, compare, load_side
-from perfsuite.measure import timing
 from perfsuite.report.compare_page import drift_line, text_table
 from perfsuite.results.write import ResultsLog, to_frame, write_tables
 
 ROOT = Path(__file__).resolve().parent.parent
-CASE = {"path": "eager", "dtype": "bfloat16", "batch": 1, "topk": 1, "logits": "gaussian", "l2": "cold",
-        "device": "NVIDIA H200", "backend": "cuda", "status": "ok", "reason": ""}  # fmt: skip
-
-
-def row(variant: str, vocab: int, median: float, *, spread: float = 0.02, **extra: object) -> dict:
-    accuracy = {"full_softmax": "rounded", "argmax_ones": "inexact"}.get(variant, "exact")
-    return {
-        **CASE,
-        "case_id": f"{variant}/eager/bfloat16/V{vocab}/B1/k1/gaussian",
-        "variant": variant,
-        "accuracy": accuracy,
-        "vocab": vocab,
-        "median_us": median,
-        "p20_us": median * (1 - spread),
-        "p80_us": median * (1 + spread),
-        "verdict": "inexact" if accuracy == "inexact" else "pass",
-        "bytes_model": vocab * 2,
-        **extra,
-    }
 
 
 def runs() -> tuple[list[dict], list[dict]]:
@@ -134,8 +115,8 @@ def rounds(seed: int, n: int = 25, sigma: float = 0.02, factor: float = 1.0) -> 
 
 def judged(base: np.ndarray, new: np.ndarray, threshold: float = 0.05, **extra: object) -> dict:
     """The compare record of one case sampled `base` then `new`."""
-    first = {**measured("identity", 32000, base), SECONDS: tuple(base)}
-    second = {**measured("identity", 32000, new, run="run-b"), SECONDS: tuple(new), **extra}
+    first = with_seconds(measured("identity", 32000, base), base)
+    second = {**with_seconds(measured("identity", 32000, new, run="run-b"), new), **extra}
     (record,) = compare(to_frame([first]), to_frame([second]), threshold).table.to_dict("records")
     return record
 
@@ -182,9 +163,9 @@ def scattered(seed: int, factor: float = 1.0, cases: int = 20) -> pd.DataFrame:
     """Two runs of `cases` cases of one variant whose medians moved apart by a between-run factor each
     (10 % robust SD) far above their rounds' own scatter (2 %); the new run `factor` times slower."""
     moved = np.random.default_rng(seed).lognormal(0.0, 0.1, cases) * factor
-    base = [{**measured("identity", 1000 + i, r := rounds(i)), SECONDS: tuple(r)} for i in range(cases)]
+    base = [with_seconds(measured("identity", 1000 + i, r := rounds(i)), r) for i in range(cases)]
     new = [
-        {**measured("identity", 1000 + i, r := rounds(100 + i, factor=m), run="run-b"), SECONDS: tuple(r)}
+        with_seconds(measured("identity", 1000 + i, r := rounds(100 + i, factor=m), run="run-b"), r)
         for i, m in enumerate(moved)
     ]
     return compare(to_frame(base), to_frame(new), 0.05).table
@@ -315,35 +296,6 @@ def test_plain_pytest_benchmark_files_match_by_name(tmp_path, capsys):
     assert load_side(first)["timing"].iloc[0].startswith("pytest-benchmark (quartiles")
     assert cli.main(["compare", str(first), str(second)]) == 1
     assert f"{len(ok)} slower" in capsys.readouterr().out
-
-
-def measured(variant: str, vocab: int, seconds: np.ndarray, run: str = "run-a", **extra: object) -> dict:
-    """A row as a run writes it: median, p20/p80, spread and unstable from `seconds` (as timing does)."""
-    samples = timing.Samples(tuple(float(s) for s in seconds), "host perf_counter")
-    return {
-        **row(variant, vocab, samples.median_us),
-        "p20_us": samples.p20_us,
-        "p80_us": samples.p80_us,
-        "samples": len(seconds),
-        "spread": samples.spread,
-        "unstable": samples.unstable,
-        "run": run,
-        "settings": "abc123def456",
-        **extra,
-    }
-
-
-def write_run(folder: Path, cases: list[tuple[dict, np.ndarray]]) -> Path:
-    """A run folder: results.csv and samples.jsonl (as the runner writes them); returns results.csv."""
-    csv_path = write_tables(to_frame([r for r, _ in cases]), folder)[0]
-    log = ResultsLog(folder / "samples.jsonl")
-    for r, seconds in cases:
-        log.append({"case_id": r["case_id"], "run": r["run"], "seconds": [float(s) for s in seconds]})
-    return csv_path
-
-
-def with_seconds(r: dict, seconds: np.ndarray) -> dict:
-    return {**r, SECONDS: tuple(seconds)}
 
 
 def test_load_side_picks_up_samples_beside_the_results(tmp_path):

@@ -630,15 +630,14 @@ def test_draft_html_renders(rows, tmp_path):
 
 
 def test_timing_unroll_is_capped_per_backend():
-    assert timing_unroll(20, "cuda", 3) == min(20, GRAPH_UNROLL_CAP["cuda"] // 3)
-    assert timing_unroll(20, "rocm", 3) == GRAPH_UNROLL_CAP["rocm"] // 3
-    assert timing_unroll(20, "rocm", 16) == 1
-    assert timing_unroll(20, "cpu", 1) == 1
-    assert timing_unroll(2, "cuda", 1) == 2
-    for backend, steps in (
-        (b, s) for b in GRAPH_UNROLL_CAP for s in (1, 3, 5)
-    ):  # cycles x steps within the cap
-        assert timing_unroll(20, backend, steps) * steps <= max(GRAPH_UNROLL_CAP[backend], steps)
+    cap = GRAPH_UNROLL_CAP
+    assert timing_unroll(20, cap["cuda"], 3) == min(20, cap["cuda"] // 3)
+    assert timing_unroll(20, cap["rocm"], 3) == cap["rocm"] // 3
+    assert timing_unroll(20, cap["rocm"], 16) == 1
+    assert timing_unroll(20, cap["cpu"], 1) == 1
+    assert timing_unroll(2, cap["cuda"], 1) == 2
+    for backend, steps in ((b, s) for b in cap for s in (1, 3, 5)):  # cycles x steps within the cap
+        assert timing_unroll(20, cap[backend], steps) * steps <= max(cap[backend], steps)
 
 
 def test_head_is_deterministic_from_its_seed():

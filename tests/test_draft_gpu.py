@@ -15,7 +15,7 @@ from support import HAS_GPU
 from perfsuite import variants
 from perfsuite.cases.draft import DraftHead, DraftLoop, GraphCache, HeadConfig, LoopConfig, expand_draft
 from perfsuite.cases.draft.consumer import identical
-from perfsuite.cases.draft.draft_runner import FAST_PATH, run, timing_unroll
+from perfsuite.cases.draft.draft_runner import FAST_PATH, run
 from perfsuite.cases.draft.head import inputs_for
 from perfsuite.core.kinds import KindRun
 from perfsuite.measure.device import detect
@@ -165,7 +165,21 @@ def test_draft_rows_on_the_graph_path(monkeypatch):
             if e["path"] == "eager" and all(e[k] == r[k] for k in ("variant", "batch", "topk", "upcast"))
         )
         assert r["launches_per_cycle"] < eager["launches_per_cycle"]
-        # replays of captured cycles, as many as the backend's cap allows
-        unroll = timing_unroll(s.timing.graph_unroll, info.backend, 3)
+        # replays of captured cycles: the simulated GPU's 2 asked; a GPU's 20, within CUDA's cap (64 // 3
+        # steps = 21), capped at ROCm's (8 // 3 = 2)
+        unroll = 20 if HAS_GPU and info.backend == "cuda" else 2
         assert r["device_timing"].split(" (")[0] == f"graph replay x{unroll}" and r["device_median_us"] > 0
         assert eager["device_timing"].startswith("device events")
+
+
+def test_draft_timing_graph_unroll_within_the_cap():
+    """20 cycles asked of 5 steps each: CUDA's cap of 64 calls a graph binds at 12 cycles (ROCm's 8 at 1)."""
+    draft = {"variants": ["identity"], "paths": ["graph"], "dtypes": "bfloat16", "logits": "head", "topk": 1}
+    draft.update(vocab=64, hidden=8, batch=1, num_steps=5, cycles=1, selection_share=False, kernels=False)
+    timing = {"warmup": 0, "reps": 1, "l2": "hot", "graph_unroll": 20}
+    s = scenario.parse({"name": "u", "sweep": [], "draft": [draft], "timing": timing}, "u.toml")
+    info = detect("cuda:0")
+    context = KindRun(s, info, {"backend": info.backend, "device": info.name}, Path(), progress=False)
+    (row,) = run(expand_draft(s), context)
+    assert row["status"] == "ok", row["reason"]
+    assert row["device_timing"].split(" (")[0] == f"graph replay x{12 if info.backend == 'cuda' else 1}"

@@ -14,18 +14,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_compare import measured, with_seconds
+from support import measured, with_seconds, write_run
 from test_run import run
 
 from perfsuite import cli
 from perfsuite.cases import protocol
 from perfsuite.compare import rule
-from perfsuite.compare.match import REF_SECONDS, SECONDS, compare, load_side
+from perfsuite.compare.match import REF_SECONDS, compare, load_side
 from perfsuite.core.settings import Timing
 from perfsuite.measure import timing
 from perfsuite.report.compare_page import build_compare_page, drift_line, text_table
 from perfsuite.results.read import read_samples
-from perfsuite.results.write import ResultsLog, to_frame, write_tables
+from perfsuite.results.write import ResultsLog, to_frame
 
 VARIANTS = {"full_softmax": 60.0, "argmax_ones": 20.0, "identity": 25.0, "identity_engine_order": 26.0}
 """The quick sweep's eager variants and a median time each (microseconds) at the smallest shape."""
@@ -80,12 +80,17 @@ def as_written(variant: str, vocab: int, own: np.ndarray, ref: np.ndarray, run_l
     }
 
 
+def as_older(r: dict) -> dict:
+    """The row as a run from before the reference wrote it: without the reference's columns."""
+    return {k: v for k, v in r.items() if not k.startswith(("ref_", "vs_ref", "reference"))}
+
+
 def frame(cases: list[tuple[dict, np.ndarray, np.ndarray]], reference: bool = True) -> pd.DataFrame:
     """The rows and samples as `load_side` gives them; `reference=False`: as an older run wrote them."""
     rows = []
     for r, own, ref in cases:
         if not reference:
-            r = {k: v for k, v in r.items() if not k.startswith(("ref_", "vs_ref", "reference"))}
+            r = as_older(r)
         rows.append({**with_seconds(r, own), REF_SECONDS: tuple(ref) if reference else None})
     return to_frame(rows)
 
@@ -211,19 +216,6 @@ def test_a_base_whose_reference_was_another_workload_is_judged_on_its_own_time()
     assert compare(frame(copy), frame(copy), 0.05).table["witness"].str.startswith("vs reference").all()
 
 
-def write_run(folder: Path, cases: list[tuple[dict, np.ndarray, np.ndarray]], reference: bool = True) -> Path:
-    """A run folder as `perfsuite run` leaves it: results.csv and samples.jsonl (with ref_seconds)."""
-    rows = frame(cases, reference).drop(columns=[SECONDS, REF_SECONDS])
-    csv_path = write_tables(rows, folder)[0]
-    log = ResultsLog(folder / "samples.jsonl")
-    for r, own, ref in cases:
-        entry = {"case_id": r["case_id"], "run": r["run"], "seconds": [float(s) for s in own]}
-        if reference:
-            entry["ref_seconds"] = [float(s) for s in ref]
-        log.append(entry)
-    return csv_path
-
-
 def test_the_cli_on_files_passes_a_drifted_pair_and_fails_a_slower_full_softmax(tmp_path, capsys):
     base = write_run(tmp_path / "base", sampled_run(7, 1.0))
     drifted = write_run(tmp_path / "drifted", sampled_run(8, 1.10, run_label="run-b"))
@@ -239,7 +231,8 @@ def test_the_cli_on_files_passes_a_drifted_pair_and_fails_a_slower_full_softmax(
     slow = write_run(tmp_path / "slow", sampled_run(9, 1.0, {"full_softmax": 1.1}, run_label="run-c"))
     assert cli.main(["compare", str(base), str(slow), "--fail-on", "5%"]) == 1
     assert f"{SHAPES} slower" in capsys.readouterr().out
-    old = write_run(tmp_path / "old", sampled_run(10, 1.0, run_label="run-d"), reference=False)
+    older = [(as_older(r), own) for r, own, _ in sampled_run(10, 1.0, run_label="run-d")]  # no ref_seconds
+    old = write_run(tmp_path / "old", older)
     assert cli.main(["compare", str(old), str(drifted), "--fail-on", "5%"]) == 1  # the machine, not taken out
     assert "no in-turn reference in both runs" in capsys.readouterr().out
 

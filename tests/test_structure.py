@@ -135,6 +135,7 @@ def test_few_modules_at_the_top():
 SMALL_MODULE = 40
 SMALL_BY_DESIGN = {
     "perfsuite.variants.argmax_ones": "a built-in variant: one module each, found by name",
+    "perfsuite.variants.triton_auto": "a built-in variant: one module each, found by name",
     "perfsuite.variants.ordering": "the suite's tie order, shared by parity, identity, the draft loop, tp",
     "perfsuite.core.dtypes": "the dtype names every layer shares (kernels, scenario, results, cases)",
 }

@@ -151,7 +151,9 @@ def test_console_table_names_both_winners():
     lines = text.splitlines()
     assert "fastest (any accuracy)" in lines[1] and "fastest exact" in lines[1]
     assert "full_softmax (rounded)" in lines[2] and "identity" in lines[2] and "0.14×" in lines[2]
-    assert lines[-1].startswith("GPU · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2")
+    fastest = "GPU · bfloat16: fastest variant (any accuracy): full_softmax (rounded) in 2 of 2 cases."
+    assert lines[-1].startswith(fastest)  # the console's last line: the markdown's verdict, whole
+    assert "Fastest exact variant: identity in 2 of 2 cases, median 0.14× against full_softmax" in lines[-1]
 
 
 def test_paired_speedups_and_their_band_win_over_the_ratio_of_medians():
@@ -307,8 +309,8 @@ def test_the_run_summary_states_the_cost_of_exactness_per_device():
 
 
 def test_the_report_names_no_selector():
-    """Roles come from the selectors' declarations (`Variant.role`, `held_against`, `engine_order_of`, the
-    tensor-parallel registry's BASELINE): no registered name is written anywhere in perfsuite/report/."""
+    """Roles come from the case kinds' baselines and the selectors' declarations (`Variant.role`,
+    `held_against`, `engine_order_of`): no registered name is written anywhere in perfsuite/report/."""
     names = sorted({*variants.names(), *tensor_parallel.names()}, key=len, reverse=True)
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
     found = [

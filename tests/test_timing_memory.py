@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 
 import pytest
@@ -223,3 +225,25 @@ def test_a_sampler_sampled_every_few_rounds_sits_the_others_out():
     assert [i for i, s in enumerate(got) if not math.isnan(s)] == [0, 4, 8]
     assert every.settled_with == [1.0, 2.0, 3.0] and measured[1].taken().seconds == (2.0, 4.0, 6.0)
     assert measured[0].seconds == tuple(2.0 * (i + 1) for i in range(9))
+
+
+def test_a_signal_during_a_profiler_session_waits_for_its_end():
+    """SIGTERM (or SIGINT) inside `quiet_profile` is delivered once the session is closed (a session torn by
+    KeyboardInterrupt crashed the process at exit), and the handler in place before is back."""
+
+    class Stopped(Exception):
+        pass
+
+    def stop(*_: object) -> None:
+        raise Stopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        finished = []
+        with pytest.raises(Stopped), memory.quiet_profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            os.kill(os.getpid(), signal.SIGTERM)
+            torch.ones(3).sum()
+            finished.append(True)
+        assert finished == [True] and signal.getsignal(signal.SIGTERM) is stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)

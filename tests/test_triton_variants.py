@@ -180,8 +180,12 @@ def test_partials_merge_across_ranks():
         ts.row_partials(logits[:, a:b], min(8, b - a), chunk=128, block=64, index_offset=a)
         for a, b in itertools.pairwise(cuts)
     ]
-    # the 1-column rank carries only one slot; pad it to k = 8 with empty (-inf, -1) slots
+    # a partial per chunk of 128 columns (the 300-column rank: 3, the 699-column rank: 6)
+    assert [p.max.shape for p in parts] == [(2, 3), (2, 1), (2, 6)]
+    # the 1-column rank carries only one slot, its global column; pad it to k = 8 with empty (-inf, -1) slots
     single = parts[1]
+    assert single.values.shape == single.indices.shape == (2, 1, 1)
+    assert single.indices.flatten().tolist() == [300, 300]
     pad = 8 - single.values.shape[2]
     parts[1] = ts.Partials(
         single.max,
@@ -190,7 +194,6 @@ def test_partials_merge_across_ranks():
         torch.nn.functional.pad(single.indices, (0, pad), value=-1),
     )
     merged = ts.Partials(*(torch.cat([vars(p)[name] for p in parts], dim=1) for name in vars(parts[0])))
-    assert merged.max.shape[1] == sum(p.max.shape[1] for p in parts)
     assert_exact(logits, 8, *ts.merge_partials(merged))
     assert_exact(logits, 3, *ts.merge_partials(merged, 3))  # fewer than the partials carry
 

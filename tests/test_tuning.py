@@ -152,6 +152,19 @@ def test_triton_auto_runs_the_tuned_plan(tmp_path, monkeypatch):
     assert parity.check("exact", p, idx, parity.truth(logits, 4)).verdict == "pass"
 
 
+def test_variant_plan_is_the_plan_the_variant_launches():
+    """A Triton variant's `plan_for` is the one its `select` launches; other selectors have none."""
+    import importlib
+
+    for name in ("triton_fused", "triton_split", "triton_auto", "triton_argmax"):
+        plan_for = importlib.import_module(f"perfsuite.variants.{name}").plan_for
+        assert tuning.variant_plan(name) is variants.get(name).plan_for is plan_for
+        assert variants.get(name).select.args == (plan_for,)
+    for name in ("full_softmax", "identity", "argmax_ones", "no_such_variant", "allgather_identity"):
+        assert tuning.variant_plan(name) is None
+    assert tuning.selection_of("triton_argmax") == "argmax" and tuning.selection_of("identity") == "topk"
+
+
 def _timed(median: float, spread: float = 1.0, verdict: str = "pass") -> tuning.TimedPlan:
     tunables = plan_table.Tunables("fused", 4096, 8)
     plan = plans.fused_plan(GPU, 2)

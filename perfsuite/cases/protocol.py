@@ -163,7 +163,7 @@ class _Guarded(timing.Sampler):
 
     def __init__(self, inner: timing.Sampler):
         self.inner, self.broken, self.method = inner, False, inner.method
-        self.every = getattr(inner, "every", 1)
+        self.every = inner.every
 
     def sample(self) -> float:
         if not self.broken:
@@ -174,4 +174,4 @@ class _Guarded(timing.Sampler):
         return math.nan
 
     def settle(self, seconds: Sequence[float]) -> tuple[float, ...]:
-        return tuple(seconds) if self.broken else timing.settled(self.inner, seconds)
+        return tuple(seconds) if self.broken else self.inner.settle(seconds)  # NaN-free: `timing.settled`

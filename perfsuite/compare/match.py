@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfsuite.compare.rule import Side, judge, outcome, run_floors
+from perfsuite.compare.rule import BY_REFERENCE, OWN_TIME, Side, judge, outcome, run_floors
 from perfsuite.results import columns
 from perfsuite.results.columns import CASE_KEYS
 from perfsuite.results.run import load_run
@@ -146,13 +146,14 @@ def _witness(row: dict, side: str, by_reference: bool) -> Side:
     if not by_reference:
         return Side(_logs(own) if isinstance(own, np.ndarray) else None, *(row[f"{side}_{c}"] for c in OWN))
     paired = isinstance(own, np.ndarray) and isinstance(ref, np.ndarray) and len(own) == len(ref)
-    return Side(_logs(own / ref) if paired else None, *(row[f"{side}_{c}"] for c in VS_REF))
+    return Side(_logs(own, ref) if paired else None, *(row[f"{side}_{c}"] for c in VS_REF))
 
 
-def _logs(values: np.ndarray) -> np.ndarray | None:
-    """The logs of the positive finite values (a graph sample clipped at 0 after its flush is no time);
-    None when none is left."""
+def _logs(values: np.ndarray, over: np.ndarray | float = 1.0) -> np.ndarray | None:
+    """The logs of the positive finite values of `values / over` (a graph sample clipped at 0 after its
+    flush is no time); None when none is left."""
     with np.errstate(divide="ignore", invalid="ignore"):
+        values = values / over
         kept = values[np.isfinite(values) & (values > 0)]
     return np.log(kept) if len(kept) else None
 
@@ -171,7 +172,7 @@ def _judged(row: dict) -> tuple:
     base_rank, new_rank = VERDICT_RANK.get(row["base_verdict"]), VERDICT_RANK.get(row["new_verdict"])
     worse = base_rank is not None and new_rank is not None and new_rank > base_rank
     check = "broken" if base_ok and row["new_status"] == "error" else "parity worse" if worse else ""
-    witness = f"{'vs reference' if by_reference else 'own time'}, {counted}"
+    witness = f"{BY_REFERENCE if by_reference else OWN_TIME}, {counted}"
     return witness, *shift, "", check
 
 

@@ -28,13 +28,16 @@ import pandas as pd
 
 SIGMAS = 5.0
 """Robust SDs of a variant's run-to-run scatter a case must clear, and standard errors its median shift
-must clear: two runs' scatter has heavier tails than a normal law's (on a loaded VM about 2 in 1,000 cases
-lie past 4), and a compare judges hundreds of cases."""
+must clear: two runs' scatter has heavier tails than a normal law's (about 2 in 1,000 cases lay past 4 in
+A/A pairs of quick.toml, one core busy, on a 2-core VM: docs/comparing.md), and a compare judges hundreds
+of cases."""
 MIN_CASES = 10  # a variant's cases needed to learn its scatter (fewer: the rounds' spread alone)
 LEVEL = 0.95
 """The interval's confidence: it decides alone only where the floor is 1 (a variant that moved as a whole);
 elsewhere the floor, far wider than the interval, stands between an unchanged case and a verdict."""
 Z = NormalDist().inv_cdf((1 + LEVEL) / 2)
+BY_REFERENCE, OWN_TIME = "vs reference", "own time"
+"""The witness kinds, the start of each case's `witness` ("vs reference, 25/25 rounds")."""
 
 ROWS: tuple[tuple[str, str, Callable[[float, float, float, float, float], bool]], ...] = (
     ("slower", "low > 1 and shift > max(1 + threshold, floor)",
@@ -113,12 +116,13 @@ def run_floors(table: pd.DataFrame, threshold: float, shapes: pd.Series) -> pd.S
     log shift of the other cases of its `shapes` key against it, where that lies the case's way, with the
     threshold's); 1 where the variant's median is past the threshold by `SIGMAS` SEs."""
     logs = np.log(table["shift"].astype(float)).replace([-np.inf, np.inf], np.nan)
-    group = table["variant"].astype(str) + " " + table["witness"].str.split(",").str[0]
+    kind = table["witness"].str.split(",").str[0]
+    group = table["variant"].astype(str) + " " + kind
     middle, count = logs.groupby(group).transform("median"), logs.groupby(group).transform("count")
     sigma = 1.4826 * (logs - middle).abs().groupby(group).transform("median")
     learnt = count >= MIN_CASES
     moved = learnt & (middle.abs() - SIGMAS * sigma / np.sqrt(count) > math.log1p(threshold))
-    by_ref = logs.where(group.str.endswith(" vs reference"))
+    by_ref = logs.where(kind == BY_REFERENCE)
     aside = by_ref.groupby(shapes.to_numpy(), group_keys=False).apply(
         lambda shape: pd.Series([shape.drop(i).median() for i in shape.index], index=shape.index, dtype=float)
     )

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+BASELINE = "full_softmax"
+"""The selector every speedup of the kernel, draft and edge-case kinds is over (`variants.BASELINE`)."""
 SWEEP_TABLE = "sweep"
 """The scenario's own table, `[[sweep]]`, validated by the scenario loader; kinds may share it."""
 
@@ -73,7 +75,7 @@ KINDS: tuple[CaseKind, ...] = (
         run="perfsuite.cases.kernel:run",
         log="results.jsonl",
         table_file="results.csv",
-        baseline="full_softmax",
+        baseline=BASELINE,
         sections="perfsuite.report.kernel_sections:kind_sections",
         rows="perfsuite.cases.kernel:rows",
     ),
@@ -97,7 +99,7 @@ KINDS: tuple[CaseKind, ...] = (
         run="perfsuite.cases.draft.draft_runner:run",
         log="draft.jsonl",
         table_file="draft.csv",
-        baseline="full_softmax",
+        baseline=BASELINE,
         sections="perfsuite.report.draft_section:kind_sections",
     ),
     CaseKind(
@@ -108,7 +110,7 @@ KINDS: tuple[CaseKind, ...] = (
         run="perfsuite.cases.edge_matrix:run",
         log="edge_cases.jsonl",
         table_file="edge_cases.csv",
-        baseline="full_softmax",
+        baseline=BASELINE,
         sections="perfsuite.report.edge_case_section:kind_sections",
     ),
 )

@@ -37,6 +37,16 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def llc_bytes(unknown: int = 64 << 20) -> int:
+    """The largest CPU cache (sysfs: "32K", "1024K", "32M"), `unknown` when none can be read."""
+    sizes = [_read(p).upper().rstrip("B") for p in CPU_CACHES.glob("index*/size")]
+    split = [(s[:-1], 1 << {"K": 10, "M": 20}[s[-1]]) if s[-1:] in "KM" else (s, 1) for s in sizes if s]
+    return max((int(n) * unit for n, unit in split if n.isdigit()), default=unknown)
+
+
 def usable_cores() -> int:
     """Cores this process may run on (its affinity mask), else the machine's count."""
     with contextlib.suppress(AttributeError, OSError):

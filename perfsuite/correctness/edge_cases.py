@@ -63,15 +63,17 @@ def edge_logits(dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
 
 def call(variant: variants.Variant, logits: torch.Tensor, k: int) -> Outputs | str:
     """The variant's outputs copied to the CPU (copies on a CPU too: a selector writing into preallocated
-    outputs overwrites them on its next call), or why there are none: unavailable on the device, k not
-    claimed, or the exception it raised, in one line."""
-    if unavailable := variant.available(logits.device) or variant.unclaimed_k(k):
-        return unavailable
+    outputs overwrites them on its next call), or the exception it raised, in one line."""
     try:
         p, idx = variant(logits, k)
         return p.to("cpu", copy=True), idx.to("cpu", copy=True)
     except Exception as exc:  # recorded as a crash instead of stopping
         return first_line(exc).rstrip(": ")
+
+
+def _run(variant: variants.Variant, logits: torch.Tensor, k: int) -> Outputs | str:
+    """`call`, or why the matrix does not run the variant: unavailable on the device, or k not claimed."""
+    return variant.available(logits.device) or variant.unclaimed_k(k) or call(variant, logits, k)
 
 
 def _fmt(values: torch.Tensor) -> str:
@@ -102,7 +104,7 @@ def matrix(
     for dtype in dtypes:
         logits = edge_logits(dtype, device)
         for k in ks:
-            outputs = {name: call(variants.get(name), logits, k) for name in names}
+            outputs = {name: _run(variants.get(name), logits, k) for name in names}
             for row, (pattern, (description, _)) in enumerate(PATTERNS.items()):
                 for name, out in outputs.items():
                     where = {"pattern": pattern, "description": description, "dtype": dtype_name(dtype)}

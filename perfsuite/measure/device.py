@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -25,7 +24,6 @@ AMD_ARCH_PEAK_GBPS = {"gfx950": 8000.0, "gfx942": 5300.0, "gfx90a": 3277.0, "gfx
 AMD_ARCH_LLC_BYTES = {"gfx950": 256 << 20, "gfx942": 256 << 20}
 MIN_FLUSH_CACHE_BYTES = 64 << 20  # the least cache a GPU's cold-cache flush evicts, whatever L2 it reports
 GRAPH_UNROLL_CAP = {"cuda": 64, "rocm": 8, "cpu": 1}  # calls in one graph: long HIP graphs crashed on ROCm
-CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 @dataclass(frozen=True)
@@ -79,9 +77,8 @@ def detect(spec: str = "auto") -> DeviceInfo:
     device = resolve_device(spec)
     backend = backend_of(device)
     peak = float(os.environ["PERFSUITE_PEAK_GBPS"]) if os.environ.get("PERFSUITE_PEAK_GBPS") else None
-    if backend == "cpu":  # the last-level cache from sysfs (64 MiB when unknown)
-        sizes = [p.read_text().strip().upper() for p in CPU_CACHES.glob("index*/size")]
-        llc = max((int(s.rstrip("KM")) << {"K": 10, "M": 20}.get(s[-1:], 0) for s in sizes), default=64 << 20)
+    if backend == "cpu":
+        llc = machine.llc_bytes()
         return DeviceInfo("cpu", "cpu", machine.cpu_model(), "cpu", peak, llc, llc_bytes=llc)
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)

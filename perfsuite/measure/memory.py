@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -126,6 +128,27 @@ def native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
+@contextlib.contextmanager
+def quiet_profile(**options: object) -> Iterator[profile]:
+    """`torch.profiler.profile(**options)` with kineto's stderr muted and SIGINT / SIGTERM held until the
+    session is closed: a session torn by KeyboardInterrupt leaves its callbacks behind, and the process
+    then crashes (SIGSEGV) on its way out after writing what it measured."""
+    held: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    handlers = {s: h for s, h in handlers.items() if h is not None}  # None: a handler set outside Python
+    for number in handlers:
+        signal.signal(number, lambda caught, _: held.append(caught))
+    try:
+        with native_stderr_silenced(), profile(**options) as session:
+            yield session
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        for number in held:
+            signal.raise_signal(number)
+
+
 def peak_temp_bytes(call: Callable[[], object], info: DeviceInfo) -> int:
     """Peak memory one call allocates, its outputs included: a GPU allocator's peak; on a CPU the high-water
     mark of the profiler's allocation (+) and free (-) events, in order."""
@@ -137,7 +160,7 @@ def peak_temp_bytes(call: Callable[[], object], info: DeviceInfo) -> int:
         call()
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         call()
     events = sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns())
     cpu = torch.autograd.DeviceType.CPU

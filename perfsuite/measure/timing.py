@@ -112,6 +112,11 @@ def cache_flusher(info: DeviceInfo) -> CacheFlush:
     return CacheFlush(buffer, buffer.new_zeros(()))
 
 
+def flusher(info: DeviceInfo, timing: Timing) -> CacheFlush | None:
+    """The flush before each sample: the device's cache flush when `l2` is cold, else None."""
+    return cache_flusher(info) if timing.l2 == "cold" else None
+
+
 class Sampler:
     """Times one call per `sample()`, after the flush: `timed` by the host's wall clock. `measure_in_turn`
     samples it every `every`-th round (NaN in the others), then `settle` gives its final figures."""
@@ -205,7 +210,7 @@ def flush_corrected(totals: Sequence[float], flushes: Sequence[float]) -> tuple[
 
 
 def sampler_for(prepared: PreparedCall, info: DeviceInfo, timing: Timing) -> Sampler:
-    flush = cache_flusher(info) if timing.l2 == "cold" else None
+    flush = flusher(info, timing)
     if not info.is_gpu:
         return host_sampler(prepared.run, flush)
     if prepared.graphed:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from perfsuite.compare.match import CHECKS, ORDER, Comparison, failing
-from perfsuite.compare.rule import LEGEND, LEVEL, ROWS
+from perfsuite.compare.rule import BY_REFERENCE, LEGEND, LEVEL, OWN_TIME, ROWS
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import REPORT_LAYOUT, Block, Cell, Note, Section, Table, figure_block
 from perfsuite.report.page import render_page
@@ -57,7 +57,7 @@ def drift_line(comparison: Comparison) -> str:
     if timed.empty:
         return "drift: no case timed in both runs"
     own = f"the cases' own times {moved(timed['ratio'].median())}"
-    ref = timed[timed["witness"].str.startswith("vs reference")]
+    ref = timed[timed["witness"].str.startswith(BY_REFERENCE)]
     if ref.empty:
         return (
             f"drift: no in-turn reference in both runs; {own} (median over {len(timed)} cases), judged as "
@@ -79,7 +79,7 @@ def _cells(rec: pd.Series) -> list[str]:
     parity = base if base == new else f"{base or '-'}→{new or '-'}"
     low, high = (fmt.significant(rec[c], 3) for c in ("low", "high"))
     interval = f"{low}–{high}" if low else ""
-    witness = rec["witness"].replace("vs reference", "vs ref").replace("own time", "own")
+    witness = rec["witness"].replace(BY_REFERENCE, "vs ref").replace(OWN_TIME, "own")
     figures = (rec["base_median_us"], rec["new_median_us"])
     return [*(fmt.significant(v) for v in figures), witness, fmt.significant(rec["shift"], 4), interval,
             fmt.significant(rec["floor"], 3), parity]  # fmt: skip

@@ -43,7 +43,7 @@ def build_report(
         sections += [kernel_sections.skipped_section(every), kernel_sections.results_section(every)]
     sections.append(kernel_sections.environment_section(ctx, environment))
     others = [frame for name, frame in run.tables.items() if name != PRIMARY]
-    simulated = _simulated_devices(results, *others)
+    simulated = simulated_devices(results, *others)
     if simulated:
         note = (
             f"Simulated GPU ({', '.join(simulated)}): perfsuite ran its GPU code paths on the CPU "
@@ -104,7 +104,7 @@ def _flags(rows: pd.DataFrame, column: str) -> pd.Series:
     return rows.get(column, pd.Series(pd.NA, index=rows.index)).map(flag).astype("boolean")
 
 
-def _simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
+def simulated_devices(*frames: pd.DataFrame | None) -> list[str]:
     """The names of the simulated devices among the rows (the `simulated` column, or the name's label)."""
     names: set[str] = set()
     for frame in frames:

@@ -35,8 +35,8 @@ class Roles:
         by_role = {v.role: v.name for v in selectors if v.role}
         held = {v.name: v.held_against for v in selectors if v.held_against}
         twins = {v.engine_order_of: v.name for v in selectors if v.engine_order_of}
-        named = [by_role[role] for role in ("baseline", "shortcut", "torch exact")]
-        return cls(*named, tensor_parallel.BASELINE, held, twins)
+        named = [by_role[role] for role in ("shortcut", "torch exact")]
+        return cls(variants.BASELINE, *named, tensor_parallel.BASELINE, held, twins)
 
 
 BASELINE = Roles.declared().baseline
@@ -55,6 +55,7 @@ UNIT = "device · run"  # the column naming a row's (device, run) when runs of o
 UNSTABLE = "_unstable"  # the row's `unstable` flag as a bool (False where the rows do not say)
 HELPERS = (UNIT, UNSTABLE)  # the columns `Context` adds to the rows, left out of the full results table
 UNSTABLE_MARK = "⚠"
+SPREAD_ABOVE = f"p20-p80 spread above {100 * UNSTABLE_SPREAD:.0f} % of the median"  # what unstable means
 UNSTABLE_TEXT = (
     f"{UNSTABLE_MARK}: unstable, the p20-p80 spread of its samples is above {100 * UNSTABLE_SPREAD:.0f} % "
     "of the median (in at least one logits distribution behind the figure): do not rank on it"

@@ -183,8 +183,8 @@ def latency_figures(ctx: Context) -> list[Block]:
         "Median time per call (markers) with the 20th-80th percentile as error bars, against the vocabulary "
         "size. Columns: batch size; rows: logits dtype; line style: device (and run, where runs of one "
         "device are kept apart). Each point: the median over logits distributions. Open rings: unstable (the "
-        "samples' p20-p80 spread above 25 % of the median for at least one logits distribution; the hover "
-        "says how many): do not rank variants on those points."
+        f"samples' {kc.SPREAD_ABOVE} for at least one logits distribution; the hover says how many): do not "
+        "rank variants on those points."
     )
     return _line_figures(ctx, "latency", "median_us", "latency (µs)", caption, log_y=True, errors=True)
 
@@ -414,7 +414,7 @@ def distribution_figures(ctx: Context) -> list[Block]:
         + f". At most {MAX_SAMPLES} samples per case"
         + (f" ({thinned} cases thinned evenly)" if thinned else "")
         + f"; every sample of every case is in samples.jsonl. {UNSTABLE_MARK} after a variant: an unstable "
-        "case (p20-p80 spread above 25 % of the median)."
+        f"case ({kc.SPREAD_ABOVE})."
     )
     return [figure_block("distributions", FIGURE_TITLE, partial(_boxes, ctx, panels, titles), caption)]
 

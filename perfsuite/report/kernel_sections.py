@@ -338,7 +338,7 @@ def results_section(ctx: Context) -> Section:
     table = frame_table(shown, f"{len(shown)} rows. {kc.UNSTABLE_TEXT}.")
     if "unstable" in shown:
         column = list(shown.columns).index("unstable")
-        tip = "p20-p80 spread above 25 % of the median: not a figure to rank or compare on"
+        tip = f"{kc.SPREAD_ABOVE}: not a figure to rank or compare on"
         for row, flag in zip(table.rows, ctx.frame[kc.UNSTABLE], strict=True):
             if flag:
                 row[column] = Cell(f"True {kc.UNSTABLE_MARK}", "differs", tip)

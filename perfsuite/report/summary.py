@@ -46,12 +46,12 @@ def _marked(s: Summary) -> pd.DataFrame:
 
 def summary_markdown(frame: pd.DataFrame, notes: Sequence[str] = ()) -> str:
     """The whole summary: cost of exactness, warnings, who is fastest, cases, pairs, tie policy, targets."""
-    from perfsuite.report.html import measurement_warnings
+    from perfsuite.report.html import measurement_warnings, simulated_devices
 
     s = Summary.of(frame)
     r, warnings, devices = s.roles, measurement_warnings(frame, notes), s.devices
     counts = sorted(s.frame["status"].value_counts().items())
-    simulated = ", ".join(d for d in devices if d.endswith("(simulated)"))
+    simulated = ", ".join(simulated_devices(frame))
     held = " or ".join(f"{e} beside {a}" for e, a in r.held.items())
     tables = zip(("k = 1", "k > 1"), s.exactness, strict=True)
     tables = [f"### {k}\n\n{to_markdown(t)}" for k, t in tables if len(t)]

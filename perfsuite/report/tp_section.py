@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from perfsuite.core import kinds
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import Block, Note, Section, Table, figure_block, guarded_section
 from perfsuite.variants import tensor_parallel
@@ -39,11 +40,11 @@ def section(frame: pd.DataFrame) -> Section:
 
 
 def tp_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Measured rows of tensor-parallel variants (registered, or tp > 1)."""
-    if "tp" not in frame or "variant" not in frame:
+    """Measured rows of the tensor-parallel kind (its variants, or tp > 1)."""
+    if "variant" not in frame or frame.empty:
         return frame.iloc[0:0]
-    parallel = (frame["tp"] > 1) | frame["variant"].isin(tensor_parallel.names())
-    rows = frame[parallel & (frame["status"] == "ok")]
+    rows = kinds.rows_of(kinds.get("tensor_parallel"), frame)
+    rows = rows[rows["status"] == "ok"]
     return rows if "comm_bytes_model" in rows else rows.assign(comm_bytes_model=float("nan"))
 
 

@@ -220,9 +220,6 @@ CASE_KEYS = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "l2
 """Columns that identify a kernel case: rows of two runs match when these match (and the device)."""
 BENCH_COLUMNS = ("bench_name", "bench_group")
 """Columns kept from a pytest-benchmark entry."""
-BASELINE = "full_softmax"
-
-
 BASELINES = tuple(dict.fromkeys(kind.baseline for kind in kinds.KINDS))
 """The variant every speedup is relative to: single device first, then tensor parallel (tp > 1)."""
 SPEEDUP_KEYS = ("device", "backend", "run", "path", "dtype", "vocab", "batch", "topk", "logits", "l2")

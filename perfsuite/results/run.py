@@ -51,9 +51,9 @@ class Run:
         edge_cases: pd.DataFrame | None = None,
     ) -> Run:
         """A run of rows built in memory (tests, the pytest plugin), typed."""
-        given = {PRIMARY: frame, "draft.csv": draft, "edge_cases.csv": edge_cases}
-        tables = {name: columns.complete(t, name) for name, t in given.items() if t is not None}
-        return cls(tables, samples, list(notes))
+        given = {"kernel": frame, "draft": draft, "edge_cases": edge_cases}
+        files = {kinds.get(kind).table_file: t for kind, t in given.items() if t is not None}
+        return cls({name: columns.complete(t, name) for name, t in files.items()}, samples, list(notes))
 
 
 def load_run(paths: Sequence[str | Path], shards: bool = True, **given: str | Path | None) -> Run:

@@ -62,7 +62,7 @@ def marked_calls(
     """`calls` calls in the case's range, each closed once the device is done, a cold case's flush before
     each in `FLUSH_RANGE`; yields after each. `roctx`: its profiler resume / pause wraps each call."""
     device = torch.device(info.device)
-    flush = timing.cache_flusher(info) if case.timing.l2 == "cold" else None
+    flush = timing.flusher(info, case.timing)
     for _ in range(calls):
         if flush is not None:
             with marked(FLUSH_RANGE, device):

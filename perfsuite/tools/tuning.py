@@ -5,7 +5,6 @@ check: one that fails is recorded, never chosen), the fastest exact one per shap
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 from collections.abc import Callable, Iterable
@@ -27,6 +26,7 @@ from perfsuite.measure.device import DeviceInfo
 from perfsuite.measure.environment import package_version
 from perfsuite.results.rows import one_line
 from perfsuite.scenario.load import Case
+from perfsuite.variants.base import PlanFor
 
 FUSED_WARPS = (4, 8, 16)
 FUSED_BYTES_PER_THREAD = (16, 32, 64)
@@ -36,14 +36,10 @@ SPLIT_WAVES = (0.5, 1.0, 2.0, 4.0)
 # heuristic's p20 (outside both runs' noise): the fastest of ~30 noisy medians is otherwise a coin toss.
 MIN_GAIN = 0.03
 
-PlanFor = Callable[[int, int, int, torch.dtype, plans.Hardware], plans.Plan]
-
 
 def variant_plan(name: str) -> PlanFor | None:
     """A built-in Triton variant's `plan_for` (the plan its `select` launches); None for other variants."""
-    if name not in variants.names():
-        return None
-    return getattr(inspect.getmodule(variants.get(name).select), "plan_for", None)
+    return variants.get(name).plan_for if name in variants.names() else None
 
 
 def selection_of(variant: str) -> plans.Selection:

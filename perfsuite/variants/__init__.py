@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import importlib
 
+from perfsuite.core import kinds
 from perfsuite.variants import external
 from perfsuite.variants.base import Traffic, Variant, ideal_traffic
 from perfsuite.variants.external import ExternalSelectorError, external_names
 
 _MODULES = ("full_softmax", "argmax_ones", "identity", "identity_engine_order")
 _MODULES += ("triton_fused", "triton_split", "triton_auto", "triton_argmax")
-BASELINE = "full_softmax"
+BASELINE = kinds.BASELINE
 _REGISTRY: dict[str, Variant] = {}
 
 

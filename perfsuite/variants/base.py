@@ -10,9 +10,12 @@ from typing import Literal
 import torch
 
 from perfsuite.core.dtypes import dtype_name
+from perfsuite.kernels import plan as plans
 from perfsuite.variants.cache import Pass, hbm_bytes
 
 Selector = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+PlanFor = Callable[[int, int, int, torch.dtype, plans.Hardware], plans.Plan]
+"""A Triton variant's launch plan for a shape `(batch, vocab, k, dtype)` on a device's `Hardware`."""
 Accuracy = Literal["exact", "rounded", "inexact"]
 """exact: `topk_p` equals softmax(logits.double()) at its indices within fp32 rounding, logits order.
 rounded: probabilities rounded to the input dtype before selection (the engines' baseline).
@@ -20,9 +23,9 @@ inexact: the indices follow the logits order but `topk_p` is not a probability (
 NanPolicy = Literal["unspecified", "largest", "smallest"]
 """Where a selector ranks NaN logits: "largest" above every number, +inf included (torch.argmax,
 torch.topk); "smallest" below every number, -inf included (SGLang's kernels); "unspecified": no claim."""
-Role = Literal["baseline", "shortcut", "torch exact"]
-"""What the reports single a selector out as: the baseline every speedup is over, the inexact shortcut whose
-trade they show, the exact selector in torch ops that a kernel must beat."""
+Role = Literal["shortcut", "torch exact"]
+"""What the reports single a selector out as (beside the baseline, `variants.BASELINE`): the inexact shortcut
+whose trade they show, the exact selector in torch ops that a kernel must beat."""
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # every built-in variant accepts them
 FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
 """The 8-bit float dtypes this torch has: logits an external selector may declare."""
@@ -86,6 +89,7 @@ class Variant:
     available: Availability = always_available
     untimed: Availability = always_available  # why its times are not worth recording (Triton interpreted)
     launch: Callable[[int, int, int, torch.dtype], str] | None = None  # how it launches a shape (Triton)
+    plan_for: PlanFor | None = None  # the plan its `select` launches for a shape (Triton); None: no plan
     dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES  # others are refused ("not claimed" in the battery)
     max_k: int | None = None  # the largest topk it supports (an argmax kernel: 1); None: any
     nan: NanPolicy = "unspecified"  # the battery judges the indices of NaN rows by it

@@ -39,5 +39,4 @@ VARIANT = Variant(
     traffic=traffic,
     summary="softmax(logits) in the input dtype, then max (k=1) or topk: the engines' baseline",
     lowest_index_ties=False,
-    role="baseline",
 )

@@ -13,11 +13,7 @@ from perfsuite.kernels import plan as plans
 from perfsuite.kernels import plan_table
 from perfsuite.variants.base import Traffic, swept
 from perfsuite.variants.cache import sweep
-from perfsuite.variants.triton_fused import run_planned, triton_variant
-
-
-def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return run_planned(plan_for, logits, k)
+from perfsuite.variants.triton_fused import triton_variant
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
@@ -41,7 +37,6 @@ VARIANT = triton_variant(
     plan_for,
     lambda device: plan_table.is_tuned(device, "argmax"),
     name="triton_argmax",
-    select=select,
     accuracy="inexact",
     traffic=traffic,
     summary="Triton argmax on triton_auto's plans, one pass, topk_p = 1.0; lowest index, NaN wins (inexact)",

@@ -10,12 +10,8 @@ import torch
 from perfsuite.kernels import plan as plans
 from perfsuite.kernels import plan_table
 from perfsuite.variants.base import Traffic, ideal_traffic
-from perfsuite.variants.triton_fused import run_planned, triton_variant
+from perfsuite.variants.triton_fused import triton_variant
 from perfsuite.variants.triton_split import split_traffic
-
-
-def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return run_planned(plan_for, logits, k)
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
@@ -35,7 +31,6 @@ VARIANT = triton_variant(
     plan_for,
     plan_table.table_for,
     name="triton_auto",
-    select=select,
     accuracy="exact",
     traffic=traffic,
     summary="Triton, fused or split picked by shape and SM count (the fastest exact kernel by heuristic)",

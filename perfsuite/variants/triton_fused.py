@@ -7,6 +7,7 @@ lowest index first, NaN above +inf; `topk_p` NaN for a row holding a NaN or +inf
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -14,9 +15,7 @@ import torch
 
 from perfsuite.kernels import availability, untimed
 from perfsuite.kernels import plan as plans
-from perfsuite.variants.base import Variant, ideal_traffic
-
-PlanFor = Callable[[int, int, int, torch.dtype, plans.Hardware], plans.Plan]
+from perfsuite.variants.base import PlanFor, Variant, ideal_traffic
 
 
 def run_planned(plan_for: PlanFor, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,9 +27,10 @@ def run_planned(plan_for: PlanFor, logits: torch.Tensor, k: int) -> tuple[torch.
 
 
 def triton_variant(plan_for: PlanFor, tuned: Callable[[str], object] | None = None, **given: Any) -> Variant:
-    """A Triton variant on `plan_for`'s plans: lowest index first on ties, NaN above every number (as
-    torch.argmax / torch.topk); its `launch` describes the plan and, with `tuned` (whether a device name
-    has tuned entries), where it came from: the device's tuned table or the heuristic."""
+    """A Triton variant on `plan_for`'s plans: its `select` launches them (`run_planned`), lowest index
+    first on ties, NaN above every number (as torch.argmax / torch.topk); its `launch` describes the plan
+    and, with `tuned` (whether a device name has tuned entries), where it came from: the device's tuned
+    table or the heuristic."""
 
     def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
         hw = plans.hardware()
@@ -38,12 +38,15 @@ def triton_variant(plan_for: PlanFor, tuned: Callable[[str], object] | None = No
         return plan if tuned is None else f"{plan} ({'tuned' if tuned(hw.name) else 'heuristic'})"
 
     return Variant(
-        nan="largest", lowest_index_ties=True, available=availability, untimed=untimed, launch=launch, **given
+        select=functools.partial(run_planned, plan_for),
+        plan_for=plan_for,
+        nan="largest",
+        lowest_index_ties=True,
+        available=availability,
+        untimed=untimed,
+        launch=launch,
+        **given,
     )
-
-
-def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return run_planned(plan_for, logits, k)
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
@@ -54,7 +57,6 @@ def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardw
 VARIANT = triton_variant(
     plan_for,
     name="triton_fused",
-    select=select,
     accuracy="exact",
     traffic=ideal_traffic,  # one read of the logits, `[B, k]` fp32 + int64 written; nothing materialized
     summary="Triton, one program per row, one pass: online softmax + running top-k (exact, no temporaries)",

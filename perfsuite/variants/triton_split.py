@@ -12,11 +12,7 @@ import torch
 from perfsuite.kernels import plan as plans
 from perfsuite.variants.base import Traffic, ideal_traffic, swept
 from perfsuite.variants.cache import sweep
-from perfsuite.variants.triton_fused import run_planned, triton_variant
-
-
-def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return run_planned(plan_for, logits, k)
+from perfsuite.variants.triton_fused import triton_variant
 
 
 def plan_for(batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware) -> plans.Plan:
@@ -40,7 +36,6 @@ def split_traffic(batch: int, vocab: int, k: int, dtype: torch.dtype, partials: 
 VARIANT = triton_variant(
     plan_for,
     name="triton_split",
-    select=select,
     accuracy="exact",
     traffic=traffic,
     summary="Triton, rows split over (B, n_splits) programs into partial max/sum/top-k, then a merge kernel",

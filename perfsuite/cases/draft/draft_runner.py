@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Iterator
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity
 
 from perfsuite import kernels, simulated_gpu, variants
 from perfsuite.cases.draft import consumer
@@ -22,7 +22,7 @@ from perfsuite.core import dtypes
 from perfsuite.core.console import progress_bar
 from perfsuite.core.kinds import KindRun
 from perfsuite.measure import execution, memory, timing
-from perfsuite.measure.device import GRAPH_UNROLL_CAP, DeviceInfo, synchronize
+from perfsuite.measure.device import DeviceInfo, synchronize
 from perfsuite.results.columns import of_kind
 from perfsuite.variants.base import Selector, dtype_names
 from perfsuite.variants.ordering import topk_lowest_index
@@ -209,8 +209,9 @@ class DraftRunner:
             select = variants.get(name).select
             reused = _reuses_outputs(select, case, self.device)
 
-            def owned(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
-                return tuple(t.clone() for t in select(logits, k))
+            def owned(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                p, i = select(logits, k)
+                return p.clone(), i.clone()
 
             self.selectors[name] = (owned if reused else select, reused)
         return self.selectors[name]
@@ -224,7 +225,7 @@ class DraftRunner:
             calls.append(self._path_calls(dataclasses.replace(case, variant=NOOP), noop)[1])
             calls[1]()
         gpu, settings = self.info.is_gpu, case.timing
-        flush = timing.cache_flusher(self.info) if settings.l2 == "cold" else None
+        flush = timing.flusher(self.info, settings)
         samplers = [
             LaunchBoundSampler(c, flush, self.device) if gpu else timing.host_sampler(c, flush) for c in calls
         ]
@@ -236,12 +237,10 @@ class DraftRunner:
             out.update(noop_median_us=noop, selection_us=selection, selection_share=share)
             out["selection_method"] = SELECTION_METHOD
         if gpu:  # queued launches, or replays of `timing_unroll` captured cycles
-            unroll = timing_unroll(settings.graph_unroll, self.info.backend, case.loop.num_steps)
-            if body is None:
-                sampler = timing.EventSampler(call, flush)
-            else:
-                sampler = timing.GraphSampler(body, flush, self.device, unroll)
-            device = timing.measure(sampler, settings)
+            unroll = timing_unroll(settings.graph_unroll, self.info.graph_unroll_cap, case.loop.num_steps)
+            prepared = execution.PreparedCall(case.path, call, body or call, graphed=body is not None)
+            settings = dataclasses.replace(settings, graph_unroll=unroll)
+            device = timing.measure(timing.sampler_for(prepared, self.info, settings), settings)
             out.update(_quantiles("device", device), device_timing=device.method)
         return out
 
@@ -320,9 +319,9 @@ class LaunchBoundSampler(timing.Sampler):
         return self.start.elapsed_time(self.end) * 1e-3
 
 
-def timing_unroll(requested: int, backend: str, num_steps: int) -> int:
-    """Cycles per timing graph: `requested`, >= 1, cycles x steps within `GRAPH_UNROLL_CAP` (ROCm crashes)."""
-    return max(1, min(requested, GRAPH_UNROLL_CAP.get(backend, 1) // num_steps))
+def timing_unroll(requested: int, cap: int, num_steps: int) -> int:
+    """Cycles per timing graph: `requested`, >= 1, cycles x steps within the `cap` (ROCm crashes)."""
+    return max(1, min(requested, cap // num_steps))
 
 
 def count_kernels(call: Call, device: torch.device, cycles: int = 2) -> tuple[float, float, str]:
@@ -337,7 +336,7 @@ def count_kernels(call: Call, device: torch.device, cycles: int = 2) -> tuple[fl
         return kernels / cycles, launches / cycles, f"{GPU_UNIT} {simulated_gpu.LABEL}"
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if gpu else [ProfilerActivity.CPU]
     synchronize(device)
-    with memory.native_stderr_silenced(), profile(activities=activities) as prof:
+    with memory.quiet_profile(activities=activities) as prof:
         for _ in range(cycles):
             call()
         synchronize(device)

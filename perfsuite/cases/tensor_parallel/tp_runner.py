@@ -114,7 +114,7 @@ class TensorParallelRunner:
 
     def sampler(self, call: Callable[[], object], case: Case) -> timing.Sampler:
         """Samples of the collective call, a barrier (and the cold flush) before each."""
-        flush = timing.cache_flusher(self.info) if case.timing.l2 == "cold" else (lambda: None)
+        flush = timing.flusher(self.info, case.timing) or (lambda: None)
         group = self.group
         if self.info.is_gpu:  # once the device is idle; then the spin the call queues behind (`EventSampler`)
             sampler = timing.EventSampler(call, lambda: (synchronize(group.device), group.barrier(), flush()))

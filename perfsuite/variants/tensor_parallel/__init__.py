@@ -17,11 +17,12 @@ import functools
 import torch
 
 from perfsuite import variants
+from perfsuite.core import kinds
 from perfsuite.variants.base import Traffic
 from perfsuite.variants.tensor_parallel import sharded
 from perfsuite.variants.tensor_parallel.tp_base import Local, TPVariant, padded_width
 
-BASELINE = "allgather_full_softmax"
+BASELINE = kinds.get("tensor_parallel").baseline
 """What engines do today under tensor parallelism: all-gather the logits, then softmax and top-k."""
 ALLGATHER_PREFIX = "allgather_"
 _GATHERED: dict[str, TPVariant] = {}
