@@ -1,31 +1,30 @@
-"""A/A pairs of one scenario from the same commit, with one core kept busy: how `perfsuite compare` judges
-unchanged code, and a full_softmax made slower on purpose (issues 24 and 31's measurement).
+"""Pairs of runs of one scenario with one core kept busy: how `perfsuite compare` judges unchanged code
+(A/A pairs) and code changed on purpose in several ways (issues 24, 31 and 39's measurements).
 
-    .venv/bin/python scripts/aa_pairs.py --pairs 10 --out reports/aa                  # ten A/A pairs
-    .venv/bin/python scripts/aa_pairs.py --pairs 4 --slow-full-softmax 1.2 1.1 1.05 --out reports/slowed
-    .venv/bin/python scripts/aa_pairs.py --judge reports/aa --old-code /tmp/old       # re-judge saved pairs
-    .venv/bin/python scripts/aa_pairs.py --pairs 2 --cost                             # the reference's cost
+    .venv/bin/python scripts/aa_pairs.py --rounds 10 --out reports/pairs \\
+        --change '*:copy' --change '*:copy-topk' --change '*:x1.1'     # 20 A/A pairs, 10 per change
+    .venv/bin/python scripts/aa_pairs.py --judge reports/pairs --old-code /tmp/old   # re-judge saved pairs
+    .venv/bin/python scripts/aa_pairs.py --rounds 2 --cost                           # the reference's cost
 
-Each pair: two `perfsuite run SCENARIO` into OUT/pairN-a and OUT/pairN-b, kept (OUT/pairs.json lists them
-with the new run's slow-down factor), then `perfsuite compare A B --fail-on 5% --csv OUT/pairN.csv`. Per
-pair it prints the exit code, the cases slower and faster (full_softmax's among them), for a slowed pair
-the share of full_softmax's stable cases (stable in both runs' results) called slower, and compare's drift
-line; then a summary per factor. `--old-code DIR` judges the same runs with the code at DIR as well (a
-checkout of another commit: `python -m perfsuite compare` run there, OUT/pairN-old.csv), so two rules are
-measured on the same runs. `--judge OUT` only re-judges the pairs saved in OUT.
+A round runs the scenario twice unchanged (OUT/rN-a, OUT/rN-b) and once per `--change` (OUT/rN-KIND); the
+pairs (OUT/pairs.json) are the round's A/A pair (a, b), an A/A pair across rounds (the last round's b,
+this round's a) and, per change, one unchanged run of the round (a and b in turn) against the changed
+one. Each pair is judged by `perfsuite compare BASE NEW --fail-on 5% --csv OUT/PAIR.csv` (and with
+`--old-code DIR` by another checkout's compare on the same runs): per pair the exit code, the changed
+selector's cases and groups called slower, and every other case or group called slower (false alarms);
+then a summary per kind of change and per rule.
+
+A change is VARIANT:KIND (`*` for VARIANT: the four torch selectors in turn, one a round). Kinds, each a
+change of the selector's code as the harness binds it (`execution.prepare`; nothing of it ships in
+perfsuite): `xF`, every call F times slower (after each call it spins for (F - 1) x the call's own time,
+on the clock a CPU sample is read on: host-timed runs only); `copy`, an extra pass over the logits (a copy
+before it selects: costs more on some shapes than others); `copy-topk`, the same on the k > 1 cases only
+(half the selector's cases); `upcast`, the selector run on float32 logits (bfloat16 cases only pay);
+`reduce`, a second reduction over the logits (a row max computed and dropped) before it selects.
 
 A background busy loop (`python -c "while True: pass"`, started here and killed by its pid at the end)
-keeps one core busy unless `--no-busy`.
-
-`--slow-full-softmax F ...`: the second run of each pair is made by this script's harness with
-full_softmax's timed call F times slower in its code path: the harness wraps the call `execution.prepare`
-binds for full_softmax so that after each call it spins for (F - 1) x the call's own duration (on the clock
-the sampler reads: the thread's CPU time at one thread). Nothing of it ships in perfsuite (no setting, no
-environment variable): it lives in this script, and holds only where the call is timed on the host (a CPU
-run; on a GPU the call is asynchronous). `--pairs` pairs are run for each factor.
-
-`--cost`: runs the scenario with and without the in-turn reference (the harness sets
-`KernelRunner.reference = False`), alternating, and prints each run's wall and CPU time.
+keeps one core busy unless `--no-busy`. `--cost`: the scenario with and without the in-turn reference
+(`KernelRunner.reference = False`), alternating: each run's wall and CPU time.
 """
 
 from __future__ import annotations
@@ -44,12 +43,27 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TORCH_SELECTORS = ("full_softmax", "argmax_ones", "identity", "identity_engine_order")
+KINDS: dict[str, Callable[[Callable], Callable]] = {
+    "copy": lambda select: lambda logits, k: select(logits.clone(), k),
+    "copy-topk": lambda select: lambda logits, k: select(logits.clone() if k > 1 else logits, k),
+    "upcast": lambda select: lambda logits, k: select(logits.float(), k),
+    "reduce": lambda select: lambda logits, k: (logits.amax(dim=-1), select(logits, k))[1],
+}
+
+
+def parse_change(spec: str) -> tuple[str, str]:
+    """'identity:copy' -> ('identity', 'copy'); the kind checked (xF or one of `KINDS`)."""
+    variant, _, kind = spec.partition(":")
+    if not variant or not (kind in KINDS or (kind.startswith("x") and float(kind[1:]) > 0)):
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected VARIANT:KIND, KIND xF or one of {list(KINDS)}")
+    return variant, kind
 
 
 def harness_run(argv: list[str]) -> int:
-    """`perfsuite run` in this process, with the harness's changes (`--slow F`, `--no-reference`)."""
+    """`perfsuite run` in this process, with the harness's changes (`--change V:K`, `--no-reference`)."""
     parser = argparse.ArgumentParser(prog="aa_pairs.py _run")
-    parser.add_argument("--slow", type=float, default=1.0)
+    parser.add_argument("--change", type=parse_change)
     parser.add_argument("--no-reference", action="store_true")
     known, rest = parser.parse_known_args(argv)
     from perfsuite import cli
@@ -58,21 +72,21 @@ def harness_run(argv: list[str]) -> int:
         from perfsuite.cases.kernel.kernel_runner import KernelRunner
 
         KernelRunner.reference = False
-    if known.slow != 1.0:
-        slow_full_softmax(known.slow)
+    if known.change:
+        change_selector(*known.change)
     return cli.main(["run", *rest])
 
 
-def slow_full_softmax(factor: float) -> None:
-    """Make full_softmax's bound calls `factor` times slower (host-timed runs only; see the docstring)."""
+def change_selector(name: str, kind: str) -> None:
+    """Change the calls `execution.prepare` binds for the selector `name` by `kind` (see the docstring)."""
     import torch
 
     from perfsuite import variants
     from perfsuite.measure import execution
 
-    target, original = variants.get("full_softmax").select, execution.prepare
+    target, original = variants.get(name).select, execution.prepare
 
-    def slowed(call: Callable[[], object]) -> Callable[[], object]:
+    def slowed(call: Callable[[], object], factor: float) -> Callable[[], object]:
         def run() -> object:  # on the clock a CPU sample is read on (the thread's CPU time at 1 thread)
             clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
             start = clock()
@@ -85,10 +99,13 @@ def slow_full_softmax(factor: float) -> None:
         return run
 
     def prepare(path: str, select: object, logits: object, k: int) -> execution.PreparedCall:
-        prepared = original(path, select, logits, k)  # type: ignore[arg-type]
         if select is not target:
-            return prepared
-        return execution.PreparedCall(path, slowed(prepared.run), slowed(prepared.body), prepared.graphed)
+            return original(path, select, logits, k)  # type: ignore[arg-type]
+        if kind in KINDS:
+            return original(path, KINDS[kind](select), logits, k)  # type: ignore[arg-type]
+        prepared, factor = original(path, select, logits, k), float(kind[1:])  # type: ignore[arg-type]
+        run, body = slowed(prepared.run, factor), slowed(prepared.body, factor)
+        return execution.PreparedCall(path, run, body, prepared.graphed)
 
     execution.prepare = prepare  # type: ignore[assignment]
 
@@ -112,8 +129,7 @@ def perfsuite_run(scenario: str, out: Path, only: str | None, *harness: str) -> 
 def compare(base: Path, new: Path, fail_on: str, table: Path, code: Path = ROOT) -> tuple[int, str]:
     """`perfsuite compare BASE NEW --fail-on X --csv TABLE` with the code at `code` (run there, so that its
     package is the one imported): its exit code and its drift line."""
-    runs = (base, new) if code == ROOT else (as_format3(base), as_format3(new))
-    paths = [str(p.resolve()) for p in runs]
+    paths = [str(p.resolve()) for p in (base, new)]
     command = [sys.executable, "-m", "perfsuite", "compare", *paths, "--fail-on", fail_on]
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run(
@@ -125,44 +141,23 @@ def compare(base: Path, new: Path, fail_on: str, table: Path, code: Path = ROOT)
     return done.returncode, drift[0] if drift else ""
 
 
-def as_format3(run: Path) -> Path:
-    """A copy of a run folder in result format 3, for a checkout from before format 4 (`--old-code`): its
-    rows with the run constants of `run.json` joined back and the float64 columns under their old names,
-    beside its samples (RUN-format3, made once)."""
-    from perfsuite.results import columns
-    from perfsuite.results.run import load_run
-
-    copy = run.with_name(f"{run.name}-format3")
-    if not copy.exists():
-        copy.mkdir()
-        old_names = {new: old for old, new in columns.RENAMED.items()}
-        frame = load_run([run]).frame.rename(columns=old_names).assign(format_version=3)
-        frame.to_csv(copy / "results.csv", index=False)
-        (copy / "samples.jsonl").write_bytes((run / "samples.jsonl").read_bytes())
-    return copy
-
-
-def stable(run: Path) -> set[str]:
-    """The case ids a run's results mark stable (its `unstable` column False)."""
-    with (run / "results.csv").open(encoding="utf-8") as f:
-        return {r["case_id"] for r in csv.DictReader(f) if r.get("unstable") in ("False", "false", "0")}
-
-
-def figures(table: Path, base: Path, new: Path) -> dict[str, int]:
-    """From a compare table (this rule's or another's: both have `variant`, `base_case_id` and `outcome`)
-    and the pair's runs: cases, slower and faster ones, full_softmax's slower, stable and stable slower."""
+def figures(table: Path, target: str = "") -> dict[str, int]:
+    """From a compare table (this rule's, whose `level` column holds case and group rows, or an older
+    one's, cases only): the cases, the changed selector's (`target`) cases and groups called slower, and
+    every other case or group called slower or faster."""
     with table.open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    full = [r for r in rows if r["variant"] == "full_softmax"]
-    both = stable(base) & stable(new)
-    full_stable = [r for r in full if r["base_case_id"] in both]
+    cases = [r for r in rows if r.get("level", "case") == "case"]
+    mine = [(r["outcome"] == "slower", r in cases) for r in rows if r["variant"] == target]
+    others = [r for r in rows if r["variant"] != target]
     return {
-        "cases": len(rows),
-        "slower": sum(r["outcome"] == "slower" for r in rows),
+        "cases": len(cases),
+        "target_cases": sum(case for _, case in mine),
+        "target_cases_slower": sum(slower and case for slower, case in mine),
+        "target_groups_slower": sum(slower and not case for slower, case in mine),
+        "others_slower": sum(r["outcome"] == "slower" for r in others),
         "faster": sum(r["outcome"] == "faster" for r in rows),
-        "full_slower": sum(r["outcome"] == "slower" for r in full),
-        "full_stable": len(full_stable),
-        "full_stable_slower": sum(r["outcome"] == "slower" for r in full_stable),
+        "cannot_tell": sum(r["outcome"] == "cannot tell" for r in cases),
     }
 
 
@@ -177,11 +172,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--pairs", type=int, default=10, help="pairs to run (for each factor)")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds to run (two A/A pairs each)")
+    parser.add_argument("--change", action="append", default=[], type=parse_change, metavar="VARIANT:KIND")
     parser.add_argument("--scenario", default="scenarios/quick.toml")
     parser.add_argument("--only", help="a glob on case ids (perfsuite run --only)")
     parser.add_argument("--fail-on", default="5%")
-    parser.add_argument("--slow-full-softmax", type=float, nargs="+", default=[1.0], metavar="F")
     parser.add_argument("--old-code", type=Path, help="judge each pair with the code at this folder too")
     parser.add_argument("--judge", type=Path, metavar="OUT", help="only re-judge the pairs saved in OUT")
     parser.add_argument("--cost", action="store_true", help="sweep time with and without the reference")
@@ -196,25 +191,35 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     busy = None if args.no_busy else busy_loop()
     try:
-        return cost(args, out) if args.cost else run_pairs(args, out, rules)
+        return cost(args, out) if args.cost else run_rounds(args, out, rules)
     finally:
         if busy is not None:
             busy.kill()  # only the loop this script started, by its pid
             busy.wait()
 
 
-def run_pairs(args: argparse.Namespace, out: Path, rules: dict[str, Path]) -> int:
-    """`--pairs` pairs for each factor, each judged as soon as it is run and added to OUT/pairs.json."""
+def run_rounds(args: argparse.Namespace, out: Path, rules: dict[str, Path]) -> int:
+    """`--rounds` rounds (see the docstring), each pair judged once its runs exist and added to
+    OUT/pairs.json."""
     listed = out / "pairs.json"
     saved = json.loads(listed.read_text(encoding="utf-8")) if listed.exists() else []
+    first = 1 + sum(p["name"].endswith("-aa") for p in saved)
     print(f"runs in {out}; busy loop: {'no' if args.no_busy else 'one core'}")
     judged = []
-    for factor in args.slow_full_softmax:
-        for _ in range(args.pairs):
-            pair = {"name": f"pair{len(saved) + 1}", "slow": factor}
-            perfsuite_run(args.scenario, out / f"{pair['name']}-a", args.only)
-            harness = ["--slow", str(factor)] if factor != 1.0 else []
-            perfsuite_run(args.scenario, out / f"{pair['name']}-b", args.only, *harness)
+    for n in range(first, first + args.rounds):
+        runs = {side: f"r{n}-{side}" for side in ("a", "b")}
+        for side in runs.values():
+            perfsuite_run(args.scenario, out / side, args.only)
+        pairs = [{"name": f"r{n}-aa", "base": runs["a"], "new": runs["b"], "change": ""}]
+        if (out / f"r{n - 1}-b").exists():
+            pairs.append({"name": f"r{n}-across", "base": f"r{n - 1}-b", "new": runs["a"], "change": ""})
+        for i, (variant, kind) in enumerate(args.change):
+            variant = TORCH_SELECTORS[(n + i) % len(TORCH_SELECTORS)] if variant == "*" else variant
+            changed = f"r{n}-{variant}-{kind}"
+            perfsuite_run(args.scenario, out / changed, args.only, "--change", f"{variant}:{kind}")
+            base = runs["ab"[i % 2]]
+            pairs.append({"name": changed, "base": base, "new": changed, "change": f"{variant}:{kind}"})
+        for pair in pairs:
             saved.append(pair)
             listed.write_text(json.dumps(saved, indent=1), encoding="utf-8")
             judged.append(judge(out, pair, args.fail_on, rules))
@@ -223,49 +228,50 @@ def run_pairs(args: argparse.Namespace, out: Path, rules: dict[str, Path]) -> in
 
 def judge(out: Path, pair: dict, fail_on: str, rules: dict[str, Path]) -> dict:
     """One saved pair judged by each rule, one line each."""
-    name, factor = pair["name"], pair["slow"]
-    base, new = out / f"{name}-a", out / f"{name}-b"
-    result = {"slow": factor}
+    name, change = pair["name"], pair["change"]
+    target, _, kind = change.partition(":")
+    result = {"kind": kind or "A/A", "target": target}
     for rule, code in rules.items():
         table = out / f"{name}{'' if rule == 'new' else '-' + rule}.csv"
-        code_exit, drift = compare(base, new, fail_on, table, code)
-        got = {"exit": code_exit, **figures(table, base, new)}
-        result[rule] = got
-        flagged = f"; full_softmax stable cases slower {got['full_stable_slower']} of {got['full_stable']}"
-        counts = f"{got['slower']} of {got['cases']} slower ({got['full_slower']} full_softmax)"
-        tail = f", {got['faster']} faster{flagged if factor != 1 else ''}"
-        print(f"{name} (full_softmax x{factor:g}) {rule} rule: exit {code_exit}, {counts}{tail}")
+        code_exit, drift = compare(out / pair["base"], out / pair["new"], fail_on, table, code)
+        got = result[rule] = {"exit": code_exit, **figures(table, target)}
+        mine = (
+            f"; {target} {got['target_cases_slower']} of {got['target_cases']} cases slower, "
+            f"{got['target_groups_slower']} groups"
+        )
+        print(
+            f"{name} ({change or 'unchanged'}) {rule} rule: exit {code_exit}{mine if target else ''}; "
+            f"others slower {got['others_slower']}, faster {got['faster']}, cannot tell {got['cannot_tell']}"
+        )
         print(f"  {drift}")
     return result
 
 
 def summary(judged: list[dict], rules: dict[str, Path]) -> int:
-    """Per rule and factor: the exit codes, the cases slower and faster, full_softmax's stable share."""
-    for factor in sorted({j["slow"] for j in judged}):
-        pairs = [j for j in judged if j["slow"] == factor]
+    """Per rule and kind of change: the pairs exiting 1 (a changed selector flagged at any level), and
+    the false alarms (another selector's cases or groups called slower)."""
+    for kind in dict.fromkeys(j["kind"] for j in judged):
+        pairs = [j for j in judged if j["kind"] == kind]
         for rule in rules:
             got = [p[rule] for p in pairs]
-            exits = [g["exit"] for g in got]
-            slower, full, faster = (sum(g[k] for g in got) for k in ("slower", "full_slower", "faster"))
-            line = (
-                f"x{factor:g}, {rule} rule, {len(pairs)} pairs: exits {exits} ({exits.count(0)} exit 0); "
-                f"{slower} slower ({full} full_softmax), {faster} faster"
-            )
-            if factor != 1.0:
-                flagged, stable_cases = (
-                    sum(g[k] for g in got) for k in ("full_stable_slower", "full_stable")
+            exits = sum(g["exit"] for g in got)
+            line = f"{kind}, {rule} rule, {len(pairs)} pairs: {exits} exit 1"
+            if kind != "A/A":
+                flagged = sum(g["target_cases_slower"] + g["target_groups_slower"] > 0 for g in got)
+                cases = sum(g["target_cases_slower"] for g in got), sum(g["target_cases"] for g in got)
+                line += (
+                    f"; the changed selector flagged in {flagged}, its cases slower {cases[0]} of {cases[1]}"
                 )
-                share = 100 * flagged / stable_cases if stable_cases else float("nan")
-                line += f"; full_softmax's stable cases slower: {flagged} of {stable_cases} ({share:.0f} %)"
-            print(line)
+            others = sum(g["others_slower"] for g in got)
+            print(f"{line}; other selectors' cases or groups slower: {others}")
     return 0
 
 
 def cost(args: argparse.Namespace, out: Path) -> int:
-    """Wall and CPU time of the scenario with and without the reference, alternating (`--pairs` times
+    """Wall and CPU time of the scenario with and without the reference, alternating (`--rounds` times
     each); the CPU time is the steadier figure on a shared machine."""
     times: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
-    for i in range(1, args.pairs + 1):
+    for i in range(1, args.rounds + 1):
         times["with"].append(perfsuite_run(args.scenario, out / f"cost{i}-with", args.only))
         times["without"].append(
             perfsuite_run(args.scenario, out / f"cost{i}-without", args.only, "--no-reference")

@@ -53,7 +53,7 @@ def test_outcomes_and_the_parity_and_status_check():
     result = compare(to_frame(base), to_frame(new), 0.05)
     assert outcomes(result) == {
         "identity/eager/bfloat16/V32000/B1/k1/gaussian": "slower",
-        "identity/eager/bfloat16/V151936/B1/k1/gaussian": "noisy",
+        "identity/eager/bfloat16/V151936/B1/k1/gaussian": "cannot tell",
         "triton_fused/eager/bfloat16/V32000/B1/k1/gaussian": "faster",
         "triton_fused/eager/bfloat16/V151936/B1/k1/gaussian": "same",
         "triton_split/eager/bfloat16/V151936/B1/k1/gaussian": "not comparable",
@@ -72,7 +72,8 @@ def test_outcomes_and_the_parity_and_status_check():
     )
     assert slower["floor"] == pytest.approx(1.02 / 0.98)  # sqrt(base p80/p20 x new p80/p20)
     text = text_table(result)
-    assert "1 slower, 1 noisy, 1 faster, 2 same, 1 not comparable; 1 broken; 1 parity worse" in text
+    assert "1 slower, 1 cannot tell at this threshold (half could be judged at " in text
+    assert "), 1 faster, 2 same, 1 not comparable; 1 broken; 1 parity worse" in text
     assert "pass→fail" in text and "1 only in base" in text and "95 % interval" in text
 
 
@@ -127,7 +128,7 @@ ROW_CASES = {
     "same": lambda: judged(
         rounds(5), rounds(6, factor=1.03)
     ),  # its interval clear of 1: same by the threshold
-    "noisy": lambda: judged(rounds(7, n=400, sigma=0.15), rounds(8, n=400, sigma=0.15, factor=1.12)),
+    "cannot tell": lambda: judged(rounds(7, n=400, sigma=0.15), rounds(8, n=400, sigma=0.15, factor=1.12)),
     "not comparable": lambda: judged(rounds(9), rounds(10), status="error", reason="boom"),
 }
 """A case for each row of `rule.ROWS`."""
@@ -147,13 +148,13 @@ def test_each_row_of_the_decision_table_and_a_rule_without_it(name, monkeypatch)
 def test_what_each_figure_of_a_row_decides():
     same = ROW_CASES["same"]()
     assert same["low"] > 1 and same["shift"] < 1.05  # significant, but within the threshold
-    noisy = ROW_CASES["noisy"]()
+    noisy = ROW_CASES["cannot tell"]()
     assert noisy["low"] > 1 and 1.05 < noisy["shift"] < noisy["floor"]  # past the threshold, within the floor
     few = judged(rounds(11, n=2), rounds(12, n=2, factor=2))  # 2 rounds a side: no interval at the 95 % level
-    assert (few["low"], few["high"], few["outcome"]) == (0.0, math.inf, "noisy")
+    assert (few["low"], few["high"], few["outcome"]) == (0.0, math.inf, "cannot tell")
     holds_one = judged(rounds(15, n=4, sigma=0.08), rounds(115, n=4, sigma=0.08, factor=1.12))
     assert holds_one["low"] < 1 and holds_one["shift"] > max(1.05, holds_one["floor"])  # past both, but
-    assert holds_one["outcome"] == "noisy"  # its interval holds 1
+    assert holds_one["outcome"] == "cannot tell"  # its interval holds 1
     assert judged(rounds(1), rounds(2, factor=1.2), threshold=0.25)["outcome"] == "same"
     a, b = rounds(15, sigma=0.12), rounds(16, sigma=0.12, factor=2.0)  # a wide spread: a 2x clears its floor
     assert judged(a, b)["outcome"] == "slower" and judged(b, a)["outcome"] == "faster"
@@ -176,11 +177,12 @@ def test_the_floor_is_at_least_the_variant_run_to_run_scatter(monkeypatch):
     are noisy, not slower; a variant that moved as a whole (1.3x) has no floor: its cases' intervals
     and the threshold decide. Without the run's floors, the first are called slower and faster."""
     aa, slowed = scattered(1), scattered(2, factor=1.3)
-    assert set(aa["outcome"]) <= {"same", "noisy"} and (aa["floor"] > 1.25).all()
+    assert set(aa["outcome"]) <= {"same", "cannot tell"} and (aa["floor"] > 1.25).all()
     assert (slowed["floor"] == 1).all()
     assert set(slowed.loc[slowed["low"] > 1, "outcome"]) <= {"slower", "same"}
     assert slowed["outcome"].eq("slower").mean() > 0.8
-    monkeypatch.setattr("perfsuite.compare.match.run_floors", lambda table, threshold, shapes: table["floor"])
+    rounds_only = lambda table, threshold, shapes: table[["floor"]].assign(noise=table["floor"])  # noqa: E731
+    monkeypatch.setattr("perfsuite.compare.match.run_floors", rounds_only)
     assert {"slower", "faster"} <= set(scattered(1)["outcome"])
 
 
@@ -240,8 +242,10 @@ def test_cli_exit_codes_text_html_and_csv(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "identity/eager/bfloat16/V32000/B1/k1/gaussian" in printed and "slower" in printed
     html = page.read_text()
-    assert 'id="fig-compare-shifts"' in html and "FAIL: 3 case(s) regressed" in html
-    assert html.count("<tr>") == (1 + 5) + (1 + 6) and "pass→fail" in html  # the decision table, the cases
+    assert (
+        'id="fig-compare-shifts"' in html and "FAIL: 3 case(s) and 0 variant(s) or group(s) regressed" in html
+    )
+    assert html.count("<tr>") == (1 + 5) + 1 + (1 + 6) and "pass→fail" in html  # table, no group, the cases
     assert "low &gt; 1 and shift &gt; max(1 + threshold, floor)" in html
     written = pd.read_csv(table)
     assert len(written) == 6 and {"shift", "low", "high", "floor", "outcome", "check"} <= set(written)
@@ -260,6 +264,10 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert cli.main(["compare", str(base_path), str(new_path), "--fail-on", "lots"]) == 2
     other = write_tables(to_frame([{**r, "device": "elsewhere"} for r in new]), tmp_path / "other")[0]
     assert cli.main(["compare", str(base_path), str(other)]) == 2
+    assert "no case in common" in capsys.readouterr().err
+    empty = tmp_path / "empty.csv"  # a run whose --only matched nothing: its header alone
+    empty.write_text(base_path.read_text().splitlines()[0] + "\n")
+    assert cli.main(["compare", str(empty), str(new_path)]) == 2
     assert "no case in common" in capsys.readouterr().err
 
 
@@ -359,9 +367,14 @@ def test_cli_exits_0_on_noisy_only_and_1_on_a_2x_slowdown(tmp_path, capsys):
     page = tmp_path / "compare.html"
     assert cli.main(["compare", str(base), str(noisy), "--fail-on", "5%", "--out", str(page)]) == 0
     printed = capsys.readouterr().out
-    assert "2 cases matched: 1 noisy, 1 same;" in printed and "the cases' own times" in printed
+    assert "2 cases matched: 2 cannot tell at this threshold (half could be judged at 24.5 %" in printed
+    assert "the cases' own times" in printed
     html = page.read_text()
-    assert "PASS: no regression." in html and "Hodges-Lehmann" in html and "drift: " in html
+    assert (
+        "PASS: no case, variant or group confirmed slower." in html
+        and "Hodges-Lehmann" in html
+        and "drift: " in html
+    )
     write_run(tmp_path / "doubled", [(measured("identity", 32000, 2 * b, run="run-c"), 2 * b)])
     assert cli.main(["compare", str(tmp_path / "base"), str(tmp_path / "doubled"), "--fail-on", "5%"]) == 1
     printed = capsys.readouterr().out

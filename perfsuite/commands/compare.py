@@ -18,10 +18,14 @@ BEFORE = (
     "Each case gets the first row that holds:"
 )
 AFTER = (
-    "Apart from the table, a parity verdict that got worse (pass < inexact < fail) or a case that ran in the "
-    "base and errors now fails too. Exit 1 on a slower case or such a check, 0 otherwise, 2 on unreadable "
-    "input or no case in common. Inputs: results.csv/.json/.jsonl, a run folder, a sharded run's folder or "
-    "pytest-benchmark JSON."
+    "Each variant, and each variant within one value of a case key (path, dtype, topk, vocab, batch, logits, "
+    "l2, tp), is judged too, by the same table, from its cases' shifts pooled (docs/comparing.md). Apart "
+    "from the table, a parity verdict that got worse (pass < inexact < fail) or a case that ran in the base "
+    "and errors now fails too. Exit 1 on a slower case, variant or group, or such a check; 2 on unreadable "
+    "input or no case in common; 0 otherwise, which promises only this: nothing was confirmed slower. A "
+    "case or group that cannot tell at the threshold may have moved by up to its noise (the summary says "
+    "how many, and the thresholds they could be judged at). Inputs: results.csv/.json/.jsonl, a run "
+    "folder, a sharded run's folder or pytest-benchmark JSON."
 )
 
 
@@ -50,7 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fail-on", default="5%", help="time regression threshold: 5%%, 5 or 0.05 (default 5%%)"
     )
     parser.add_argument("--out", help="write an HTML page (table and a plot of the shifts)")
-    parser.add_argument("--csv", help="write the matched table as CSV")
+    parser.add_argument(
+        "--csv", help="write the matched cases (level case), then the variants and groups, as CSV"
+    )
     parser.add_argument("--ignore-device", action="store_true", help="match cases across device names")
     parser.add_argument(
         "--limit", type=number_at_least(1), default=30, help="rows of the text table (failures always)"
@@ -58,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from perfsuite.compare.match import KEYS, compare, load_side
     from perfsuite.report.compare_page import build_compare_page, text_table
 
@@ -77,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  html {build_compare_page(result, args.out)}")
         print_caveats()
     if args.csv:
-        result.table.to_csv(args.csv, index=False)
+        levels = [result.table.assign(level="case"), result.groups]
+        pd.concat(levels, ignore_index=True).to_csv(args.csv, index=False)
         print(f"  csv  {args.csv}")
-    return EXIT_FINDING if len(result.failures) else EXIT_OK
+    return EXIT_FINDING if result.failed else EXIT_OK

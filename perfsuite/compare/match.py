@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfsuite.compare.groups import judge_groups
 from perfsuite.compare.rule import BY_REFERENCE, OWN_TIME, Side, judge, outcome, run_floors
 from perfsuite.results import columns
 from perfsuite.results.columns import CASE_KEYS
@@ -24,8 +25,8 @@ KEYS = (*CASE_KEYS, "device")
 SECONDS, REF_SECONDS = "seconds", "ref_seconds"
 """The columns `load_side` puts a row's raw samples in, and the in-turn reference's of the same rounds."""
 OWN, VS_REF = ("median_us", "p20_us", "p80_us"), ("vs_ref", "vs_ref_p20", "vs_ref_p80")
-JUDGED = ("witness", "shift", "low", "high", "floor", "outcome", "check")
-ORDER = ("slower", "noisy", "faster", "same", "not comparable")
+JUDGED = ("witness", "shift", "low", "high", "floor", "noise", "outcome", "check")
+ORDER = ("slower", "cannot tell", "faster", "same", "not comparable")
 CHECKS = ("broken", "parity worse")
 VERDICT_RANK = {"pass": 0, "inexact": 1, "fail": 2}
 
@@ -58,6 +59,11 @@ def _text(value: object, missing: str = "-") -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
+def _keys(frame: pd.DataFrame, keys: list[str]) -> list[str]:
+    """Each row's `keys` as one text (an empty list for no rows)."""
+    return ["\x1f".join(map(_text, r)) for r in frame[keys].to_numpy()]
+
+
 def _array(samples: object) -> np.ndarray | None:
     listed = isinstance(samples, (list, tuple, np.ndarray)) and len(samples)
     return np.asarray(samples, float) if listed else None
@@ -69,7 +75,7 @@ def _side(frame: pd.DataFrame, keys: list[str], prefix: str) -> tuple[pd.DataFra
     own = [*carried, SECONDS, REF_SECONDS]  # every column the registry marks `compare`, and the samples
     frame = columns.typed(frame.assign(**{c: math.nan for c in (*keys, *own) if c not in frame}))
     frame = frame.assign(**{c: frame[c].map(_array) for c in (SECONDS, REF_SECONDS)})
-    frame["_key"] = frame[keys].map(_text).agg("\x1f".join, axis=1)
+    frame["_key"] = _keys(frame, keys)
     unique = frame.drop_duplicates("_key", keep="last")
     kept = unique[["_key", *(keys if prefix == "base_" else []), *own]]
     return kept.rename(columns={c: prefix + c for c in own}), len(frame) - len(unique)
@@ -79,9 +85,11 @@ def _side(frame: pd.DataFrame, keys: list[str], prefix: str) -> tuple[pd.DataFra
 class Comparison:
     """Matched cases, a row each: the keys, `case`, each run's columns (`base_median_us`, `new_verdict`, ...),
     `ratio` (new/base median), then `JUDGED`: the witness, its shift, low, high and floor (`rule.judge`),
-    the outcome (`rule.ROWS`) and the check ("broken", "parity worse" or ""); and what was left over."""
+    the outcome (`rule.ROWS`) and the check ("broken", "parity worse" or ""); the variants and groups
+    judged (`groups.judge_groups`); and what was left over."""
 
     table: pd.DataFrame
+    groups: pd.DataFrame
     threshold: float
     base_only: int
     new_only: int
@@ -93,6 +101,15 @@ class Comparison:
     def failures(self) -> pd.DataFrame:
         """The cases that make `perfsuite compare` exit 1: slower, or failing the parity and status check."""
         return self.table[failing(self.table)]
+
+    @property
+    def slower_groups(self) -> pd.DataFrame:
+        """The variants and groups called slower: each makes `perfsuite compare` exit 1 too."""
+        return self.groups[self.groups["outcome"].eq("slower")]
+
+    @property
+    def failed(self) -> bool:
+        return bool(len(self.failures) or len(self.slower_groups))
 
     def counts(self) -> dict[str, int]:
         """Cases per outcome, then per failed check."""
@@ -124,14 +141,15 @@ def compare(
     judged = [_judged(r) for r in table.to_dict("records")]
     table = table.drop(columns=[f"{s}_{c}" for s in ("base", "new") for c in (SECONDS, REF_SECONDS)])
     table = pd.concat([table, pd.DataFrame(judged, index=table.index, columns=list(JUDGED))], axis=1)
-    shapes = ["\x1f".join(map(_text, r)) for r in table[[k for k in keys if k != "variant"]].to_numpy()]
-    table["floor"] = run_floors(table, threshold, pd.Series(shapes, index=table.index, dtype=object))
-    figures = table[["shift", "low", "high", "floor"]].to_numpy()
+    shapes = pd.Series(_keys(table, [k for k in keys if k != "variant"]), index=table.index, dtype=object)
+    table[["floor", "noise"]] = run_floors(table, threshold, shapes)
+    figures = table[["shift", "low", "high", "floor", "noise"]].to_numpy()
     table["outcome"] = [outcome(*f, threshold) for f in figures]
+    groups = judge_groups(table, threshold, shapes)
     rank = (-table["shift"].fillna(1), table["outcome"].map(ORDER.index), ~failing(table))
     table = table.iloc[np.lexsort(rank)].reset_index(drop=True)
     left_only, right_only = int(sides["left_only"]), int(sides["right_only"])
-    return Comparison(table, threshold, left_only, right_only, base_dups + new_dups, *names)
+    return Comparison(table, groups, threshold, left_only, right_only, base_dups + new_dups, *names)
 
 
 def workload(reference: object) -> str:
@@ -173,7 +191,7 @@ def _judged(row: dict) -> tuple:
     worse = base_rank is not None and new_rank is not None and new_rank > base_rank
     check = "broken" if base_ok and row["new_status"] == "error" else "parity worse" if worse else ""
     witness = f"{BY_REFERENCE if by_reference else OWN_TIME}, {counted}"
-    return witness, *shift, "", check
+    return witness, *shift, math.nan, "", check
 
 
 def _label(row: dict, keys: list[str], with_device: bool) -> str:

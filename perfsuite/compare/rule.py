@@ -1,18 +1,20 @@
-"""How `perfsuite compare` judges a case's time: one witness, one estimate with its interval, one floor and
-the decision table below (`ROWS`; `compare --help` and docs/comparing.md show its text, `DECISION_TABLE`).
+"""How `perfsuite compare` judges a case's time: one witness, one estimate with its interval, its noise and
+floor, and the decision table below (`ROWS`; `compare --help` and docs/comparing.md show its text,
+`DECISION_TABLE`); `groups` judges variants and groups by the same table.
 
 The witness: where both runs sampled the same in-turn reference with the case, the ratio of the case's time
 to the reference's in each round (a machine slower in those seconds moves both alike); else its own samples.
 The shift is their Hodges-Lehmann estimate of new over base in log space, its interval the Mann-Whitney one
-at `LEVEL`. The floor is the largest of three spreads learnt from the two runs: the case's rounds' own
-(their p20-p80); the run-to-run scatter of its variant's shifts over the whole run (`SIGMAS` robust standard
-deviations around their median), since the rounds of one run agree more closely than two runs do; and,
-against the reference, how far the other variants of its shape moved its way in the same rounds (their
-median shift, with the threshold), since a reference that moved alone in one shape's rounds moves all of
-them alike. A variant that moved as a whole (its median shift beyond the threshold by `SIGMAS` standard
-errors) is a change of its code: its cases have no floor, their interval and the threshold decide. Without
-raw samples on both sides the rows stand in: the medians' ratio, new p20 / base p80 to new p80 / base p20,
-the rounds' spread from their p20/p80.
+at `LEVEL`. The noise is the larger of two spreads learnt from the two runs: the case's rounds' own (their
+p20-p80) and the run-to-run scatter of its variant's shifts over the whole run (`SIGMAS` robust standard
+deviations around their median), since the rounds of one run agree more closely than two runs do. The
+floor is the noise or, against the reference, how far the other variants of its shape moved its way in the
+same rounds (their median shift, with the threshold), since a reference that moved alone in one shape's
+rounds moves all of them alike. A variant that moved as a whole (its median shift beyond the threshold by
+`SIGMAS` standard errors) is a change of its code: its cases' noise is their rounds' and their floor 1, so
+their interval and the threshold decide. Without raw samples on both sides the rows stand in: the medians'
+ratio, new p20 / base p80 to new p80 / base p20, the rounds' spread from their p20/p80. A case is "same"
+only where its noise is within the threshold: elsewhere it cannot tell.
 """
 
 from __future__ import annotations
@@ -39,28 +41,29 @@ Z = NormalDist().inv_cdf((1 + LEVEL) / 2)
 BY_REFERENCE, OWN_TIME = "vs reference", "own time"
 """The witness kinds, the start of each case's `witness` ("vs reference, 25/25 rounds")."""
 
-ROWS: tuple[tuple[str, str, Callable[[float, float, float, float, float], bool]], ...] = (
+ROWS: tuple[tuple[str, str, Callable[[float, float, float, float, float, float], bool]], ...] = (
     ("slower", "low > 1 and shift > max(1 + threshold, floor)",
-     lambda s, lo, hi, f, t: lo > 1 and s > max(1 + t, f)),
+     lambda s, lo, hi, f, n, t: lo > 1 and s > max(1 + t, f)),
     ("faster", "high < 1 and shift < 1 / max(1 + threshold, floor)",
-     lambda s, lo, hi, f, t: hi < 1 and s < 1 / max(1 + t, f)),
-    ("same", "1 / (1 + threshold) <= shift <= 1 + threshold",
-     lambda s, lo, hi, f, t: 1 / (1 + t) <= s <= 1 + t),
-    ("noisy", "any other shift: past the threshold, but the interval holds 1 or the floor is wider",
-     lambda s, lo, hi, f, t: not math.isnan(s)),
+     lambda s, lo, hi, f, n, t: hi < 1 and s < 1 / max(1 + t, f)),
+    ("same", "noise <= 1 + threshold and 1 / (1 + threshold) <= shift <= 1 + threshold",
+     lambda s, lo, hi, f, n, t: n <= 1 + t and 1 / (1 + t) <= s <= 1 + t),
+    ("cannot tell", "any other shift: noise wider than the threshold, or past it but not confirmed",
+     lambda s, lo, hi, f, n, t: not math.isnan(s)),
     ("not comparable", "no shift: the case was not timed in both runs",
-     lambda s, lo, hi, f, t: math.isnan(s)),
+     lambda s, lo, hi, f, n, t: math.isnan(s)),
 )  # fmt: skip
 """The decision table: each row's outcome, its condition as text and as code (of shift, low, high, floor and
 threshold); a case gets the first row that holds."""
 LEGEND = (
     "shift: new/base of the case's witness (Hodges-Lehmann); low, high: its "
-    f"{100 * LEVEL:.0f} % interval (Mann-Whitney); "
-    "floor: the largest of sqrt(base p80/p20 x new p80/p20) of the witness's rounds, "
-    f"exp({SIGMAS:g} robust SDs) of its variant's shifts over the run and, against the reference, "
+    f"{100 * LEVEL:.0f} % interval (Mann-Whitney); noise: the larger of sqrt(base p80/p20 x new p80/p20) "
+    f"of the witness's rounds and exp({SIGMAS:g} robust SDs) of its variant's shifts over the run (the "
+    "rounds' alone where the whole variant moved past the threshold by "
+    f"{SIGMAS:g} SEs: then the floor is 1); floor: the noise or, against the reference, "
     "(1 + threshold) x the median shift of its shape's other variants where that lies the case's way "
-    f"(its inverse for faster); 1 where the whole variant moved past the threshold by {SIGMAS:g} SEs; "
-    "threshold: --fail-on (default 5 %)."
+    "(its inverse for faster), the larger; threshold: --fail-on (default 5 %). A variant or group: "
+    "the same table on its pooled figures (docs/comparing.md)."
 )
 DECISION_TABLE = "\n".join(
     [f"{'outcome':<16}condition", *(f"{o:<16}{c}" for o, c, _ in ROWS), *textwrap.wrap(LEGEND, 100)]
@@ -68,9 +71,16 @@ DECISION_TABLE = "\n".join(
 __doc__ = f"{__doc__}\n{DECISION_TABLE}\n"
 
 
-def outcome(shift: float, low: float, high: float, floor: float, threshold: float) -> str:
+def outcome(shift: float, low: float, high: float, floor: float, noise: float, threshold: float) -> str:
     """The row of `ROWS` that holds (all figures ratios; `threshold` a fraction)."""
-    return next(name for name, _, holds in ROWS if holds(shift, low, high, floor, threshold))
+    return next(name for name, _, holds in ROWS if holds(shift, low, high, floor, noise, threshold))
+
+
+def judged_at(table: pd.DataFrame) -> pd.Series:
+    """The threshold (a fraction) from which a row that cannot tell would be judged: its noise or its
+    shift, whichever is wider (inf: no interval)."""
+    shift = table["shift"].astype(float)
+    return np.maximum(np.maximum(table["noise"].astype(float), shift), 1 / shift) - 1
 
 
 class Side(NamedTuple):
@@ -110,11 +120,20 @@ def judge(base: Side, new: Side) -> tuple[float, float, float, float]:
     return math.exp(shift), math.exp(low), math.exp(high), math.exp(floor)
 
 
-def run_floors(table: pd.DataFrame, threshold: float, shapes: pd.Series) -> pd.Series:
-    """Each case's floor: the largest of its rounds' (`floor`), its variant's scatter (`SIGMAS` robust SDs of
-    its cases' log shifts, one witness kind) and, judged against the reference, its shape's move (the median
-    log shift of the other cases of its `shapes` key against it, where that lies the case's way, with the
-    threshold's); 1 where the variant's median is past the threshold by `SIGMAS` SEs."""
+def shape_others(logs: pd.Series, shapes: pd.Series) -> pd.Series:
+    """For each row, the median of `logs` over the other rows of its `shapes` key (NaN where none)."""
+    return logs.groupby(shapes.to_numpy(), group_keys=False).apply(
+        lambda shape: pd.Series([shape.drop(i).median() for i in shape.index], index=shape.index, dtype=float)
+    )
+
+
+def run_floors(table: pd.DataFrame, threshold: float, shapes: pd.Series) -> pd.DataFrame:
+    """Each case's `noise` and `floor` (see `LEGEND`): the noise, the larger of its rounds' (`floor` as
+    `judge` gave it) and its variant's scatter (`SIGMAS` robust SDs of its cases' log shifts, one witness
+    kind); the floor, the larger of the noise and, judged against the reference, its shape's move (the
+    median log shift of the other cases of its `shapes` key, where that lies the case's way, with the
+    threshold's). Where the variant's median is past the threshold by `SIGMAS` SEs: the rounds' noise
+    and a floor of 1."""
     logs = np.log(table["shift"].astype(float)).replace([-np.inf, np.inf], np.nan)
     kind = table["witness"].str.split(",").str[0]
     group = table["variant"].astype(str) + " " + kind
@@ -123,9 +142,9 @@ def run_floors(table: pd.DataFrame, threshold: float, shapes: pd.Series) -> pd.S
     learnt = count >= MIN_CASES
     moved = learnt & (middle.abs() - SIGMAS * sigma / np.sqrt(count) > math.log1p(threshold))
     by_ref = logs.where(kind == BY_REFERENCE)
-    aside = by_ref.groupby(shapes.to_numpy(), group_keys=False).apply(
-        lambda shape: pd.Series([shape.drop(i).median() for i in shape.index], index=shape.index, dtype=float)
-    )
+    aside = shape_others(by_ref, shapes)
     shape_move = (aside.abs() + math.log1p(threshold)).where(aside * by_ref > 0, 0.0)
-    floor = np.maximum(np.log(table["floor"].astype(float)), (SIGMAS * sigma).where(learnt, 0.0))
-    return np.exp(np.maximum(floor, shape_move).mask(moved, 0.0))
+    rounds = np.log(table["floor"].astype(float))
+    noise = np.maximum(rounds, (SIGMAS * sigma).where(learnt & ~moved, 0.0))
+    floor = np.maximum(noise, shape_move).mask(moved, 0.0)
+    return pd.DataFrame({"floor": np.exp(floor), "noise": np.exp(noise)}, index=table.index)

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfsuite.compare.groups import ALL, GROUPS_LEGEND, MOVED
 from perfsuite.compare.match import CHECKS, ORDER, Comparison, failing
-from perfsuite.compare.rule import BY_REFERENCE, LEGEND, LEVEL, OWN_TIME, ROWS
+from perfsuite.compare.rule import BY_REFERENCE, LEGEND, LEVEL, OWN_TIME, ROWS, judged_at
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import REPORT_LAYOUT, Block, Cell, Note, Section, Table, figure_block
 from perfsuite.report.page import render_page
@@ -20,8 +21,8 @@ from perfsuite.report.page import render_page
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-OUTCOME_COLORS = {"slower": "#ef8a62", "noisy": "#999999", "faster": "#4393c3", "same": "#92c5de"}
-OUTCOME_CSS = {"slower": "loss", "faster": "win", "noisy": "differs", "broken": "error"}
+OUTCOME_COLORS = {"slower": "#ef8a62", "cannot tell": "#999999", "faster": "#4393c3", "same": "#92c5de"}
+OUTCOME_CSS = {"slower": "loss", "faster": "win", "cannot tell": "differs", "broken": "error"}
 OUTCOME_CSS["parity worse"] = "loss"
 TITLE = "perfsuite compare"
 SORTED = "cases, sorted by shift"
@@ -34,16 +35,46 @@ WITNESS_NOTE = (
 
 
 def summary_line(comparison: Comparison) -> str:
-    """How many cases matched, per outcome and failed check, and what was left over."""
+    """How many cases matched, per outcome and failed check (and the thresholds the cases that cannot
+    tell would be judged at), what was left over, and the variants and groups called slower or faster."""
     c = comparison
     left = ((c.base_only, f"only in {c.base_name}"), (c.new_only, f"only in {c.new_name}"),
             (c.duplicates, "duplicate rows (the last kept)"))  # fmt: skip
     extra = "; ".join(f"{n} {what}" for n, what in left if n)
     counts = {o: f"{n} {o}" for o, n in c.counts().items()}
+    if "cannot tell" in counts:
+        at = judged_at(c.table[c.table["outcome"].eq("cannot tell")]).quantile([0.5, 0.9])
+        counts["cannot tell"] += (
+            f" at this threshold (half could be judged at {_pct(at[0.5])}, 90 % at {_pct(at[0.9])})"
+        )
     outcomes = ", ".join(counts[o] for o in ORDER if o in counts) or "nothing to compare"
     checks = "".join(f"; {counts[o]}" for o in CHECKS if o in counts)
-    threshold = f"threshold {100 * c.threshold:.3g} %"
-    return f"{len(c.table)} cases matched{f' ({extra})' if extra else ''}: {outcomes}{checks}; {threshold}"
+    threshold = f"threshold {_pct(c.threshold)}"
+    matched = f"{len(c.table)} cases matched{f' ({extra})' if extra else ''}"
+    return f"{matched}: {outcomes}{checks}{where_line(c.groups)}; {threshold}"
+
+
+def where_line(groups: pd.DataFrame) -> str:
+    """ "; slower: identity +8.1 % (topk=1 +13.1 %)": each variant that moved, or whose groups named
+    where a change is (`groups.where`), per outcome."""
+    parts = []
+    for name in MOVED:
+        found = []
+        for variant, rows in groups[groups["outcome"].eq(name)].groupby("variant", sort=False):
+            whole, inner = rows[rows["level"].eq("variant")], rows[rows["where"]]
+            text = f"{variant} {moved(whole['shift'].iloc[0])}" if len(whole) else str(variant)
+            inside = ", ".join(f"{r.group} {moved(r.shift)}" for r in inner.itertuples())
+            found += [f"{text} ({inside})" if inside else text] if len(whole) or inside else []
+        parts += [f"; {name}: {'; '.join(found)}"] if found else []
+    return "".join(parts)
+
+
+def _pct(fraction: float) -> str:
+    return f"{100 * fraction:.3g} %"
+
+
+def _group(rec: object) -> str:
+    return rec.variant if rec.group == ALL else f"{rec.variant} {rec.group}"
 
 
 def moved(ratio: float) -> str:
@@ -73,7 +104,7 @@ def drift_line(comparison: Comparison) -> str:
 
 
 def _cells(rec: pd.Series) -> list[str]:
-    """A case's figures as text: base µs, new µs, witness, shift, interval, floor, parity ('pass', or
+    """A case's figures as text: base µs, new µs, witness, shift, interval, floor, noise, parity ('pass', or
     'pass→fail' where the verdict changed)."""
     base, new = ("" if pd.isna(rec[c]) else str(rec[c]) for c in ("base_verdict", "new_verdict"))
     parity = base if base == new else f"{base or '-'}→{new or '-'}"
@@ -82,10 +113,22 @@ def _cells(rec: pd.Series) -> list[str]:
     witness = rec["witness"].replace(BY_REFERENCE, "vs ref").replace(OWN_TIME, "own")
     figures = (rec["base_median_us"], rec["new_median_us"])
     return [*(fmt.significant(v) for v in figures), witness, fmt.significant(rec["shift"], 4), interval,
-            fmt.significant(rec["floor"], 3), parity]  # fmt: skip
+            fmt.significant(rec["floor"], 3), fmt.significant(rec["noise"], 3), parity]  # fmt: skip
 
 
-COLUMNS = ["case", "base us", "new us", "witness", "shift", INTERVAL, "floor", "parity", "outcome", "check"]
+COLUMNS = [
+    "case",
+    "base us",
+    "new us",
+    "witness",
+    "shift",
+    INTERVAL,
+    "floor",
+    "noise",
+    "parity",
+    "outcome",
+    "check",
+]
 
 
 def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
@@ -105,7 +148,26 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
     out = out.drop(columns="check") if out["check"].eq("").all() else out
     left_out = len(candidates) - len(shown)
     tail = f"\n… {left_out} more timed cases (see --out / --csv)" if left_out else ""
-    return f"{out.to_string(index=False)}{tail}\n{WITNESS_NOTE}\n{footer}"
+    groups = pd.DataFrame([_group_cells(r) for r in _shown_groups(comparison)], columns=GROUP_COLUMNS)
+    groups_text = f"\n\n{groups.to_string(index=False)}" if len(groups) else ""
+    return f"{out.to_string(index=False)}{tail}\n{WITNESS_NOTE}{groups_text}\n{footer}"
+
+
+GROUP_COLUMNS = ["variant", "group", "cases", "shift", "interval", "floor", "outcome"]
+
+
+def _shown_groups(comparison: Comparison) -> list:
+    """Each variant's row, then the groups that name where a change is."""
+    groups = comparison.groups
+    return list(groups[groups["level"].eq("variant") | groups["where"]].itertuples())
+
+
+def _group_cells(rec: object) -> list[str]:
+    low, high = (fmt.significant(v, 3) for v in (rec.low, rec.high))
+    interval = f"{low}–{high}" if rec.low > 0 and rec.high < np.inf else "none (too few cases)"
+    group = "(variant)" if rec.group == ALL else rec.group
+    return [rec.variant, group, str(rec.cases), fmt.significant(rec.shift, 4), interval,
+            fmt.significant(rec.floor, 3), rec.outcome]  # fmt: skip
 
 
 def _shift_figure(comparison: Comparison) -> Block:
@@ -145,8 +207,12 @@ def _shift_plot(table: pd.DataFrame, threshold: float, title: str) -> go.Figure:
 
 def build_compare_page(comparison: Comparison, out_path: str | Path, title: str = TITLE) -> Path:
     """Write the comparison as one self-contained HTML page; return its path."""
-    failing_now = len(comparison.failures)
-    verdict = f"FAIL: {failing_now} case(s) regressed." if failing_now else "PASS: no regression."
+    failing_now, groups_now = len(comparison.failures), len(comparison.slower_groups)
+    verdict = (
+        f"FAIL: {failing_now} case(s) and {groups_now} variant(s) or group(s) regressed."
+        if comparison.failed
+        else "PASS: no case, variant or group confirmed slower."
+    )
     rule = Table(["outcome", "condition"], [[o, c] for o, c, _ in ROWS], caption=LEGEND)
     intro = (
         f"{comparison.base_name} (base) against {comparison.new_name} (new). Each case's time has one "
@@ -155,6 +221,12 @@ def build_compare_page(comparison: Comparison, out_path: str | Path, title: str 
     )
     notes = [Note(verdict), Note(summary_line(comparison)), Note(drift_line(comparison)), rule]
     sections = [Section("summary", "Verdict", notes, intro=intro)]
+    group_rows = [
+        [*cells[:-1], Cell(cells[-1], OUTCOME_CSS.get(cells[-1], ""))]
+        for cells in map(_group_cells, comparison.groups.itertuples())
+    ]
+    groups = Table(GROUP_COLUMNS, group_rows, GROUPS_LEGEND, css="compact")
+    sections += [Section("groups", "Variants and groups", [groups])]
     sections += [Section("shifts", "Shifts", [_shift_figure(comparison)])]
     rows = [
         [str(rec["case"]), *_cells(rec), Cell(rec["outcome"], OUTCOME_CSS.get(rec["outcome"], "")),
