@@ -164,14 +164,6 @@ def test_the_battery_passes_on_indices():
     assert (table[table["k"] > 1]["detail"].str.startswith("not claimed")).all()
 
 
-@pytest.fixture
-def recorded(monkeypatch) -> list[tuple]:
-    """Launches record their compile key instead of running."""
-    keys: list[tuple] = []
-    monkeypatch.setattr(ts.Launch, "__call__", lambda launch, *t: keys.append(launch.compile_key(t[0].dtype)))
-    return keys
-
-
 def test_it_is_in_the_compile_plan(tmp_path, recorded):
     """The compile plan holds the argmax keys its sweep cases, battery and tune candidates launch."""
     scenario = tmp_path / "s.toml"
@@ -215,7 +207,8 @@ def test_a_tuned_argmax_entry_drives_only_the_argmax(tmp_path, monkeypatch):
     assert plan_table.best_plan(2, 129280, 1, BF16, gpu) == plans.choose(
         2, 129280, 1, gpu, 2
     )  # top-k: heuristic
-    assert plan_table.is_tuned(gpu.name, "argmax") and not plan_table.is_tuned(gpu.name)
+    assert plan_table.tuned_entry(2, 129280, 1, BF16, gpu, "argmax") == entry
+    assert plan_table.tuned_entry(2, 129280, 1, BF16, gpu) is None
 
 
 def test_perfsuite_variants_lists_it(capsys):

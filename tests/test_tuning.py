@@ -14,6 +14,7 @@ import torch
 from support import DEVICE
 
 from perfsuite import cli, kernels, variants
+from perfsuite.core import exits
 from perfsuite.correctness import parity
 from perfsuite.kernels import plan as plans
 from perfsuite.kernels import plan_table
@@ -85,6 +86,13 @@ def test_table_round_trip_and_lookup(tmp_path, monkeypatch):
     other = plans.Hardware(132, 32, "Another GPU")
     assert plan_table.best_plan(1, 151936, 1, BF16, other) == plans.choose(1, 151936, 1, other, 2)
     assert plan_table.best_plan(1, 151936, 1, BF16, plans.Hardware()) == plans.choose(1, 151936, 1)
+    # a table cut short applies only near what it measured: batch 64 lies 6 octaves from batch 1
+    assert plan_table.best_plan(64, 151936, 1, BF16, GPU) == plans.choose(64, 151936, 1, GPU, 2)
+    assert plan_table.tuned_entry(64, 151936, 1, BF16, GPU) is None
+    assert plan_table.tuned_entry(4, 151936, 1, BF16, GPU) == entries[0]  # 2 octaves: still near
+    monkeypatch.setattr(plans, "hardware", lambda device=None: GPU)
+    assert variants.get("triton_auto").launch(64, 151936, 1, BF16).endswith("(heuristic)")
+    assert variants.get("triton_auto").launch(4, 151936, 1, BF16).endswith("(tuned)")
 
 
 def test_a_malformed_table_names_its_file(tmp_path, monkeypatch):
@@ -206,7 +214,7 @@ def test_tune_writes_the_fastest_exact_plan_per_shape(tmp_path, capsys, monkeypa
     scenario.write_text(SCENARIO)
     written = []
     monkeypatch.setattr(plan_table, "replace_text", lambda p, text: written.append(p) or p.write_text(text))
-    assert cli.main(["tune", str(scenario), "--out", str(out)]) == cli.EXIT_OK
+    assert cli.main(["tune", str(scenario), "--out", str(out)]) == exits.EXIT_OK
     assert written == [out, out.with_suffix(".csv")]  # both files replaced whole, after each shape
     table = plan_table.TunedTable.from_json(out.read_text())
     rows = pd.read_csv(out.with_suffix(".csv"), keep_default_na=False)
@@ -234,5 +242,5 @@ def test_tune_without_a_gpu_or_interpreter_is_a_usage_error(tmp_path, monkeypatc
     scenario.write_text(SCENARIO)
     monkeypatch.delenv(kernels.INTERPRET_ENV, raising=False)
     command = ["tune", str(scenario), "--device", "cpu", "--out", str(tmp_path / "t.json")]
-    assert cli.main(command) == cli.EXIT_USAGE
+    assert cli.main(command) == exits.EXIT_USAGE
     assert "Triton kernels need a GPU" in capsys.readouterr().err

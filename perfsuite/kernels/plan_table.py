@@ -17,6 +17,7 @@ from typing import Protocol
 
 import torch
 
+from perfsuite.core import strict_json
 from perfsuite.core.dtypes import dtype_of
 from perfsuite.kernels import plan as plans
 
@@ -83,7 +84,7 @@ class TunedTable:
     entries: tuple[TunedShape, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "entries": [asdict(e) for e in self.entries]}, indent=1)
+        return strict_json.dumps({**asdict(self), "entries": [asdict(e) for e in self.entries]}, indent=1)
 
     @staticmethod
     def from_json(text: str) -> TunedTable:
@@ -133,26 +134,36 @@ def table_for(device: str) -> TunedTable | None:
     return _tables(os.environ.get(PLANS_ENV, "")).get(device) if device else None
 
 
-def is_tuned(device: str, selection: plans.Selection = "topk") -> bool:
-    """Whether the device's table (if any) holds entries of `selection`."""
-    table = table_for(device)
-    return table is not None and any(e.best.selection == selection for e in table.entries)
+MAX_OCTAVES = 2.0
+"""A tuned entry applies to shapes within this many octaves of it (summed over batch, vocab and k): a table
+cut short (a tune stopped at its budget) leaves the shapes it never came near to the heuristic."""
 
 
 def best_plan(
     batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware,
     selection: plans.Selection = "topk",
 ) -> plans.Plan:  # fmt: skip
-    """The tunables of the nearest tuned shape (same element size and selection; distance in octaves of
-    batch, vocab and k) applied to this one where `hw`'s device has a table, else the heuristic plan."""
-    return _best_plan(batch, vocab, k, dtype, hw, os.environ.get(PLANS_ENV, ""), selection)
+    """The tunables of the nearest tuned shape within `MAX_OCTAVES` (same element size and selection)
+    applied to this one, else the heuristic plan."""
+    entry = tuned_entry(batch, vocab, k, dtype, hw, selection)
+    if entry is None:
+        return plans.choose(batch, vocab, k, hw, dtype.itemsize, selection)
+    return entry.best.plan_for(batch, vocab, k, hw, dtype.itemsize)
+
+
+def tuned_entry(
+    batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware,
+    selection: plans.Selection = "topk",
+) -> TunedShape | None:  # fmt: skip
+    """The nearest tuned shape of `hw`'s device within `MAX_OCTAVES` of this one, if any."""
+    return _tuned_entry(batch, vocab, k, dtype, hw, os.environ.get(PLANS_ENV, ""), selection)
 
 
 @cache  # it runs ahead of every `triton_auto` / `triton_argmax` launch
-def _best_plan(
+def _tuned_entry(
     batch: int, vocab: int, k: int, dtype: torch.dtype, hw: plans.Hardware, plans_env: str,
     selection: plans.Selection,
-) -> plans.Plan:  # fmt: skip
+) -> TunedShape | None:  # fmt: skip
     table = _tables(plans_env).get(hw.name) if hw.name else None
     same = [
         e for e in (table.entries if table else ())
@@ -163,9 +174,7 @@ def _best_plan(
         return sum(abs(math.log2(a / b)) for a, b in ((batch or 1, e.batch), (vocab, e.vocab), (k, e.k)))
 
     entry = min(same, key=octaves, default=None)
-    if entry is None:
-        return plans.choose(batch, vocab, k, hw, dtype.itemsize, selection)
-    return entry.best.plan_for(batch, vocab, k, hw, dtype.itemsize)
+    return entry if entry is not None and octaves(entry) <= MAX_OCTAVES else None
 
 
 class Device(Protocol):

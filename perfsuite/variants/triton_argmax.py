@@ -35,7 +35,7 @@ def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
 
 VARIANT = triton_variant(
     plan_for,
-    lambda device: plan_table.is_tuned(device, "argmax"),
+    lambda batch, vocab, k, dtype, hw: plan_table.tuned_entry(batch, vocab, 1, dtype, hw, "argmax"),
     name="triton_argmax",
     accuracy="inexact",
     traffic=traffic,

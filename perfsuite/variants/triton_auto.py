@@ -1,6 +1,7 @@
 """`triton_auto`: the exact Triton kernel (fused or split, with its tunables) picked by shape: the device's
-tuned plan for the nearest shape `perfsuite tune` measured (`kernels.plan_table`), else `plans.choose`
-(split while the batch leaves most SMs idle and the row is long enough). Results: `triton_fused`'s.
+tuned plan for the nearest shape `perfsuite tune` measured (within `plan_table.MAX_OCTAVES`), else
+`plans.choose` (split while the batch leaves most SMs idle and the row is long enough). Results:
+`triton_fused`'s.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def traffic(batch: int, vocab: int, k: int, dtype: torch.dtype) -> Traffic:
 
 VARIANT = triton_variant(
     plan_for,
-    plan_table.table_for,
+    plan_table.tuned_entry,
     name="triton_auto",
     accuracy="exact",
     traffic=traffic,

@@ -8,7 +8,6 @@ lowest index first, NaN above +inf; `topk_p` NaN for a row holding a NaN or +inf
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,16 +25,18 @@ def run_planned(plan_for: PlanFor, logits: torch.Tensor, k: int) -> tuple[torch.
     return topk_softmax.run_plan(logits, k, plan)
 
 
-def triton_variant(plan_for: PlanFor, tuned: Callable[[str], object] | None = None, **given: Any) -> Variant:
+def triton_variant(plan_for: PlanFor, tuned: PlanFor | None = None, **given: Any) -> Variant:
     """A Triton variant on `plan_for`'s plans: its `select` launches them (`run_planned`), lowest index
     first on ties, NaN above every number (as torch.argmax / torch.topk); its `launch` describes the plan
-    and, with `tuned` (whether a device name has tuned entries), where it came from: the device's tuned
-    table or the heuristic."""
+    and, with `tuned` (the tuned entry a shape's plan comes from, None where none is near), where it came
+    from: the device's tuned table or the heuristic."""
 
     def launch(batch: int, vocab: int, k: int, dtype: torch.dtype) -> str:
         hw = plans.hardware()
         plan = plan_for(batch, vocab, k, dtype, hw).describe()
-        return plan if tuned is None else f"{plan} ({'tuned' if tuned(hw.name) else 'heuristic'})"
+        if tuned is None:
+            return plan
+        return f"{plan} ({'tuned' if tuned(batch, vocab, k, dtype, hw) is not None else 'heuristic'})"
 
     return Variant(
         select=functools.partial(run_planned, plan_for),
