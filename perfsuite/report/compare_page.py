@@ -73,6 +73,15 @@ def _pct(fraction: float) -> str:
     return f"{100 * fraction:.3g} %"
 
 
+def outcome_text(rec: pd.Series | object) -> str:
+    """The outcome, with the threshold from which a row that cannot tell could be judged."""
+    name = rec["outcome"] if isinstance(rec, pd.Series) else rec.outcome
+    if name != "cannot tell":
+        return name
+    frame = rec.to_frame().T if isinstance(rec, pd.Series) else pd.DataFrame([rec._asdict()])
+    return f"cannot tell (from {_pct(judged_at(frame).iloc[0])})"
+
+
 def _group(rec: object) -> str:
     return rec.variant if rec.group == ALL else f"{rec.variant} {rec.group}"
 
@@ -141,7 +150,7 @@ def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
         return footer
     rows = [
         [rec["case"] if len(rec["case"]) <= width else "…" + rec["case"][1 - width :], *_cells(rec),
-         rec["outcome"], rec["check"]]
+         outcome_text(rec), rec["check"]]
         for _, rec in shown.iterrows()
     ]  # fmt: skip
     out = pd.DataFrame(rows, columns=COLUMNS)
@@ -167,7 +176,7 @@ def _group_cells(rec: object) -> list[str]:
     interval = f"{low}–{high}" if rec.low > 0 and rec.high < np.inf else "none (too few cases)"
     group = "(variant)" if rec.group == ALL else rec.group
     return [rec.variant, group, str(rec.cases), fmt.significant(rec.shift, 4), interval,
-            fmt.significant(rec.floor, 3), rec.outcome]  # fmt: skip
+            fmt.significant(rec.floor, 3), outcome_text(rec)]  # fmt: skip
 
 
 def _shift_figure(comparison: Comparison) -> Block:
@@ -222,14 +231,14 @@ def build_compare_page(comparison: Comparison, out_path: str | Path, title: str 
     notes = [Note(verdict), Note(summary_line(comparison)), Note(drift_line(comparison)), rule]
     sections = [Section("summary", "Verdict", notes, intro=intro)]
     group_rows = [
-        [*cells[:-1], Cell(cells[-1], OUTCOME_CSS.get(cells[-1], ""))]
+        [*cells[:-1], Cell(cells[-1], OUTCOME_CSS.get(cells[-1].split(" (")[0], ""))]
         for cells in map(_group_cells, comparison.groups.itertuples())
     ]
     groups = Table(GROUP_COLUMNS, group_rows, GROUPS_LEGEND, css="compact")
     sections += [Section("groups", "Variants and groups", [groups])]
     sections += [Section("shifts", "Shifts", [_shift_figure(comparison)])]
     rows = [
-        [str(rec["case"]), *_cells(rec), Cell(rec["outcome"], OUTCOME_CSS.get(rec["outcome"], "")),
+        [str(rec["case"]), *_cells(rec), Cell(outcome_text(rec), OUTCOME_CSS.get(rec["outcome"], "")),
          Cell(rec["check"], OUTCOME_CSS.get(rec["check"], ""), rec["new_reason"] if rec["check"] else "")]
         for _, rec in comparison.table.iterrows()
     ]  # fmt: skip
