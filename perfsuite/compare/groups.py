@@ -19,7 +19,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from perfsuite.compare.rule import outcome, shape_others
+from perfsuite.compare.rule import judged_at, outcome, shape_others
 
 GROUP_KEYS = ("path", "dtype", "topk", "vocab", "batch", "logits", "l2", "tp")
 ALPHA = 0.05
@@ -81,7 +81,7 @@ def judge_groups(table: pd.DataFrame, threshold: float, shapes: pd.Series) -> pd
         rows.append([level, variant, group, len(index), shift, low, high, floor, floor,
                      outcome(shift, low, high, floor, floor, threshold), False])  # fmt: skip
     groups = pd.DataFrame(rows, columns=list(COLUMNS)).astype({"shift": float, "where": bool})
-    groups["where"] = where(groups)
+    groups["where"], groups["judged_at"] = where(groups), judged_at(groups)
     return groups.sort_values(["level", "shift"], ascending=[False, False], ignore_index=True)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perfsuite.compare.groups import judge_groups
-from perfsuite.compare.rule import BY_REFERENCE, OWN_TIME, Side, judge, outcome, run_floors
+from perfsuite.compare.rule import BY_REFERENCE, OWN_TIME, Side, judge, judged_at, outcome, run_floors
 from perfsuite.results import columns
 from perfsuite.results.columns import CASE_KEYS
 from perfsuite.results.run import load_run
@@ -25,7 +25,7 @@ KEYS = (*CASE_KEYS, "device")
 SECONDS, REF_SECONDS = "seconds", "ref_seconds"
 """The columns `load_side` puts a row's raw samples in, and the in-turn reference's of the same rounds."""
 OWN, VS_REF = ("median_us", "p20_us", "p80_us"), ("vs_ref", "vs_ref_p20", "vs_ref_p80")
-JUDGED = ("witness", "shift", "low", "high", "floor", "noise", "outcome", "check")
+JUDGED = ("witness", "shift", "low", "high", "floor", "noise", "outcome", "judged_at", "check")
 ORDER = ("slower", "cannot tell", "faster", "same", "not comparable")
 CHECKS = ("broken", "parity worse")
 VERDICT_RANK = {"pass": 0, "inexact": 1, "fail": 2}
@@ -145,6 +145,7 @@ def compare(
     table[["floor", "noise"]] = run_floors(table, threshold, shapes)
     figures = table[["shift", "low", "high", "floor", "noise"]].to_numpy()
     table["outcome"] = [outcome(*f, threshold) for f in figures]
+    table["judged_at"] = judged_at(table)
     groups = judge_groups(table, threshold, shapes)
     rank = (-table["shift"].fillna(1), table["outcome"].map(ORDER.index), ~failing(table))
     table = table.iloc[np.lexsort(rank)].reset_index(drop=True)
@@ -191,7 +192,7 @@ def _judged(row: dict) -> tuple:
     worse = base_rank is not None and new_rank is not None and new_rank > base_rank
     check = "broken" if base_ok and row["new_status"] == "error" else "parity worse" if worse else ""
     witness = f"{BY_REFERENCE if by_reference else OWN_TIME}, {counted}"
-    return witness, *shift, math.nan, "", check
+    return witness, *shift, math.nan, "", math.nan, check
 
 
 def _label(row: dict, keys: list[str], with_device: bool) -> str:

@@ -1,20 +1,13 @@
 """How `perfsuite compare` judges a case's time: one witness, one estimate with its interval, its noise and
-floor, and the decision table below (`ROWS`; `compare --help` and docs/comparing.md show its text,
+floor, and the decision table below (`ROWS`, shown by `compare --help` and docs/comparing.md as
 `DECISION_TABLE`); `groups` judges variants and groups by the same table.
 
-The witness: where both runs sampled the same in-turn reference with the case, the ratio of the case's time
-to the reference's in each round (a machine slower in those seconds moves both alike); else its own samples.
-The shift is their Hodges-Lehmann estimate of new over base in log space, its interval the Mann-Whitney one
-at `LEVEL`. The noise is the larger of two spreads learnt from the two runs: the case's rounds' own (their
-p20-p80) and the run-to-run scatter of its variant's shifts over the whole run (`SIGMAS` robust standard
-deviations around their median), since the rounds of one run agree more closely than two runs do. The
-floor is the noise or, against the reference, how far the other variants of its shape moved its way in the
-same rounds (their median shift, with the threshold), since a reference that moved alone in one shape's
-rounds moves all of them alike. A variant that moved as a whole (its median shift beyond the threshold by
-`SIGMAS` standard errors) is a change of its code: its cases' noise is their rounds' and their floor 1, so
-their interval and the threshold decide. Without raw samples on both sides the rows stand in: the medians'
-ratio, new p20 / base p80 to new p80 / base p20, the rounds' spread from their p20/p80. A case is "same"
-only where its noise is within the threshold: elsewhere it cannot tell.
+The witness: the case's time over the in-turn reference's, round by round, where both runs sampled the same
+reference (a machine slower in those seconds moves both alike); else its own samples. The shift is their
+Hodges-Lehmann estimate of new over base in log space, its interval the Mann-Whitney one at `LEVEL`; the
+noise and floor are learnt from the two runs (`run_floors`). Without raw samples on both sides the rows stand
+in: the medians' ratio, new p20 / base p80 to new p80 / base p20, the rounds' spread from their p20/p80. A
+case is "same" only where its noise is within the threshold: elsewhere it cannot tell.
 """
 
 from __future__ import annotations
@@ -77,10 +70,11 @@ def outcome(shift: float, low: float, high: float, floor: float, noise: float, t
 
 
 def judged_at(table: pd.DataFrame) -> pd.Series:
-    """The threshold (a fraction) from which a row that cannot tell would be judged: its noise or its
-    shift, whichever is wider (inf: no interval)."""
+    """For the rows that cannot tell, the threshold (a fraction) from which they could be judged: their
+    noise or their shift, whichever is wider (inf: no interval); NaN for the others."""
     shift = table["shift"].astype(float)
-    return np.maximum(np.maximum(table["noise"].astype(float), shift), 1 / shift) - 1
+    at = np.maximum(np.maximum(table["noise"].astype(float), shift), 1 / shift) - 1
+    return at.where(table["outcome"].eq("cannot tell"))
 
 
 class Side(NamedTuple):

@@ -13,7 +13,7 @@ import pandas as pd
 
 from perfsuite.compare.groups import ALL, GROUPS_LEGEND, MOVED
 from perfsuite.compare.match import CHECKS, ORDER, Comparison, failing
-from perfsuite.compare.rule import BY_REFERENCE, LEGEND, LEVEL, OWN_TIME, ROWS, judged_at
+from perfsuite.compare.rule import BY_REFERENCE, LEGEND, LEVEL, OWN_TIME, ROWS
 from perfsuite.report import formatting as fmt
 from perfsuite.report.blocks import REPORT_LAYOUT, Block, Cell, Note, Section, Table, figure_block
 from perfsuite.report.page import render_page
@@ -43,7 +43,7 @@ def summary_line(comparison: Comparison) -> str:
     extra = "; ".join(f"{n} {what}" for n, what in left if n)
     counts = {o: f"{n} {o}" for o, n in c.counts().items()}
     if "cannot tell" in counts:
-        at = judged_at(c.table[c.table["outcome"].eq("cannot tell")]).quantile([0.5, 0.9])
+        at = c.table["judged_at"].quantile([0.5, 0.9])
         counts["cannot tell"] += (
             f" at this threshold (half could be judged at {_pct(at[0.5])}, 90 % at {_pct(at[0.9])})"
         )
@@ -75,15 +75,10 @@ def _pct(fraction: float) -> str:
 
 def outcome_text(rec: pd.Series | object) -> str:
     """The outcome, with the threshold from which a row that cannot tell could be judged."""
-    name = rec["outcome"] if isinstance(rec, pd.Series) else rec.outcome
-    if name != "cannot tell":
-        return name
-    frame = rec.to_frame().T if isinstance(rec, pd.Series) else pd.DataFrame([rec._asdict()])
-    return f"cannot tell (from {_pct(judged_at(frame).iloc[0])})"
-
-
-def _group(rec: object) -> str:
-    return rec.variant if rec.group == ALL else f"{rec.variant} {rec.group}"
+    outcome, at = (
+        (rec["outcome"], rec["judged_at"]) if isinstance(rec, pd.Series) else (rec.outcome, rec.judged_at)
+    )
+    return f"cannot tell (from {_pct(at)})" if outcome == "cannot tell" else outcome
 
 
 def moved(ratio: float) -> str:
@@ -125,19 +120,8 @@ def _cells(rec: pd.Series) -> list[str]:
             fmt.significant(rec["floor"], 3), fmt.significant(rec["noise"], 3), parity]  # fmt: skip
 
 
-COLUMNS = [
-    "case",
-    "base us",
-    "new us",
-    "witness",
-    "shift",
-    INTERVAL,
-    "floor",
-    "noise",
-    "parity",
-    "outcome",
-    "check",
-]
+COLUMNS = ["case", "base us", "new us", "witness", "shift", INTERVAL, "floor", "noise", "parity", "outcome",
+           "check"]  # fmt: skip
 
 
 def text_table(comparison: Comparison, limit: int = 30, width: int = 64) -> str:
