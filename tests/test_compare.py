@@ -182,7 +182,7 @@ def test_the_floor_is_at_least_the_variant_run_to_run_scatter(monkeypatch):
     assert set(slowed.loc[slowed["low"] > 1, "outcome"]) <= {"slower", "same"}
     assert slowed["outcome"].eq("slower").mean() > 0.8
     rounds_only = lambda table, threshold, shapes: table[["floor"]].assign(noise=table["floor"])  # noqa: E731
-    monkeypatch.setattr("perfsuite.compare.match.run_floors", rounds_only)
+    monkeypatch.setattr("perfsuite.compare.rule.run_floors", rounds_only)
     assert {"slower", "faster"} <= set(scattered(1)["outcome"])
 
 

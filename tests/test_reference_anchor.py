@@ -167,7 +167,7 @@ def test_a_reference_that_moved_alone_in_one_shape_is_no_change_but_a_variant_mo
     ]
     floors = rule.run_floors
     monkeypatch.setattr(  # every case a shape of its own: no other variant beside it
-        "perfsuite.compare.match.run_floors",
+        "perfsuite.compare.rule.run_floors",
         lambda table, threshold, shapes: floors(
             table, threshold, pd.Series(range(len(shapes)), index=shapes.index)
         ),

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfsuite.compare import rule
 from perfsuite.compare.groups import judge_groups
-from perfsuite.compare.rule import BY_REFERENCE, OWN_TIME, Side, judge, judged_at, outcome, run_floors
+from perfsuite.compare.rule import BY_REFERENCE, OWN_TIME, Side, judge, judged_at, key_text, outcome
 from perfsuite.results import columns
 from perfsuite.results.columns import CASE_KEYS
 from perfsuite.results.run import load_run
@@ -46,22 +47,15 @@ def with_samples(frame: pd.DataFrame, logged: pd.DataFrame | None) -> pd.DataFra
     if logged is not None:
         refs = logged[REF_SECONDS] if REF_SECONDS in logged else [None] * len(logged)
         for case, run, own, ref in zip(logged["case_id"], logged["run"], logged[SECONDS], refs, strict=True):
-            found[(case, _text(run, ""))] = (own, ref)
+            found[(case, key_text(run, ""))] = (own, ref)
     rows = frame.reindex(columns=["case_id", "run"]).to_numpy()
-    pairs = [found.get((_text(case), _text(run, "")), (None, None)) for case, run in rows]
+    pairs = [found.get((key_text(case), key_text(run, "")), (None, None)) for case, run in rows]
     return frame.assign(**{SECONDS: [p[0] for p in pairs], REF_SECONDS: [p[1] for p in pairs]})
-
-
-def _text(value: object, missing: str = "-") -> str:
-    """A key's text: whole floats without '.0', `missing` for None and NaN."""
-    if pd.isna(value):
-        return missing
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def _keys(frame: pd.DataFrame, keys: list[str]) -> list[str]:
     """Each row's `keys` as one text (an empty list for no rows)."""
-    return ["\x1f".join(map(_text, r)) for r in frame[keys].to_numpy()]
+    return ["\x1f".join(map(key_text, r)) for r in frame[keys].to_numpy()]
 
 
 def _array(samples: object) -> np.ndarray | None:
@@ -135,14 +129,14 @@ def compare(
     merged = left.merge(right, on="_key", how="outer", indicator=True)
     sides = merged["_merge"].value_counts()
     table = merged[merged["_merge"] == "both"].drop(columns=["_key", "_merge"]).reset_index(drop=True)
-    several = "device" in keys and table["device"].map(_text).nunique() > 1
+    several = "device" in keys and table["device"].map(key_text).nunique() > 1
     table.insert(0, "case", [_label(r, keys, several) for r in table.to_dict("records")])
     table["ratio"] = table["new_median_us"] / table["base_median_us"]
     judged = [_judged(r) for r in table.to_dict("records")]
     table = table.drop(columns=[f"{s}_{c}" for s in ("base", "new") for c in (SECONDS, REF_SECONDS)])
     table = pd.concat([table, pd.DataFrame(judged, index=table.index, columns=list(JUDGED))], axis=1)
     shapes = pd.Series(_keys(table, [k for k in keys if k != "variant"]), index=table.index, dtype=object)
-    table[["floor", "noise"]] = run_floors(table, threshold, shapes)
+    table[["floor", "noise"]] = rule.run_floors(table, threshold, shapes)
     figures = table[["shift", "low", "high", "floor", "noise"]].to_numpy()
     table["outcome"] = [outcome(*f, threshold) for f in figures]
     table["judged_at"] = judged_at(table)
@@ -198,5 +192,5 @@ def _judged(row: dict) -> tuple:
 def _label(row: dict, keys: list[str], with_device: bool) -> str:
     case_id = row["base_case_id"]
     if not isinstance(case_id, str) or not case_id:
-        case_id = "/".join(_text(row[k]) for k in keys if k != "device" and _text(row[k]) != "-")
-    return f"{case_id} @ {row['device']}" if with_device and _text(row["device"]) != "-" else case_id
+        case_id = "/".join(key_text(row[k]) for k in keys if k != "device" and key_text(row[k]) != "-")
+    return f"{case_id} @ {row['device']}" if with_device and key_text(row["device"]) != "-" else case_id

@@ -69,6 +69,13 @@ def outcome(shift: float, low: float, high: float, floor: float, noise: float, t
     return next(name for name, _, holds in ROWS if holds(shift, low, high, floor, noise, threshold))
 
 
+def key_text(value: object, missing: str = "-") -> str:
+    """A case key's text: whole floats without '.0', `missing` for None and NaN."""
+    if pd.isna(value):
+        return missing
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def judged_at(table: pd.DataFrame) -> pd.Series:
     """For the rows that cannot tell, the threshold (a fraction) from which they could be judged: their
     noise or their shift, whichever is wider (inf: no interval); NaN for the others."""
