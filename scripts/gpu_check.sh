@@ -25,9 +25,9 @@
 #   machine   30 s   est. 15 s   versions, device, datasheet peak and measured copy bandwidth (a cold
 #                                import of torch and triton, CUDA initialisation, the copy test)
 #   warm      60 s   est. 35 s   the compile plan, one worker per core (`perfsuite warm`): every
-#                                kernel key a later stage launches, 243 (was 195): the tune candidates
+#                                kernel key a later stage launches, 244 (was 195): the tune candidates
 #                                (105), the sweep (33) and its edge-case matrix (12), the draft cases (11),
-#                                the battery's Triton --quick cases (128); distinct 243 x 1.8 s / 16 cores
+#                                the battery's Triton --quick cases (130); distinct 244 x 1.8 s / 16 cores
 #                                + the workers' start
 #   kernels   25 s   est. 15 s   `perfsuite kernels` for this GPU's architecture only: registers, spills,
 #                                occupancy, load width (KERNEL_TARGETS="sm_90 gfx942" to choose)
@@ -41,9 +41,9 @@
 #   summary   15 s   est. 8 s    `perfsuite summary`: medians, speedups, targets, plans
 #   draft     35 s   est. 28 s   `perfsuite run scenarios/draft_gpu.toml`: 34 draft cycles, eager and graph;
 #                                cold 5, now 0
-#   check     25 s   est. 15 s   `perfsuite check`, the conformance battery with graph capture: the torch-op
-#                                variants in full (CHECK_TORCH, at most a third of the budget), then the
-#                                Triton ones on --quick (CHECK_TRITON); CHECK_ARGS adds arguments (the
+#   check     25 s   est. 15 s   `perfsuite check --quick`, the conformance battery with graph capture and the
+#                                quick batch axis: the torch-op variants (CHECK_TORCH, at most a third of the
+#                                budget), then the Triton ones (CHECK_TRITON); CHECK_ARGS adds arguments (the
 #                                warm stages pass them on); cold 71 (about 128 s), now 0
 #   tests     55 s   est. 40 s   the GPU tests (TESTS), the Triton file first, in TEST_JOBS pytest-xdist
 #                                workers (one per core; one process without xdist): their own odd tiles,
@@ -279,7 +279,8 @@ stage_check() {
   local rc=0 rc_triton=0
   mkdir -p "$WORK/check"
   # shellcheck disable=SC2086  # the selector lists and CHECK_ARGS are word lists
-  within "$(($(left) / 3))" "$PY" -m perfsuite check $CHECK_TORCH $CHECK_ARGS --csv "$WORK/check/torch.csv" \
+  # --quick: the full battery's batch axis (30 sizes up to 4096 rows) took 14-28 s a selector on a CPU
+  within "$(($(left) / 3))" "$PY" -m perfsuite check $CHECK_TORCH --quick $CHECK_ARGS --csv "$WORK/check/torch.csv" \
     || rc=$?
   # the Triton kernels' first calls compile: the quick subset, with what is left
   # shellcheck disable=SC2086

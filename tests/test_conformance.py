@@ -13,7 +13,7 @@ import torch
 from perfsuite import cli, kernels, simulated_gpu
 from perfsuite.correctness import conformance
 from perfsuite.correctness.conformance import battery_patterns as catalogue
-from perfsuite.correctness.conformance import judge
+from perfsuite.correctness.conformance import consistency, judge
 from perfsuite.variants import external
 
 DATA = Path(__file__).parent / "data"
@@ -72,6 +72,8 @@ def test_triton_variants_pass_a_subset_of_the_battery(name, device):
     assert skips["detail"].str.startswith(judge.INTERPRETER_REASON).all()
     assert set(skips["case"]) <= {"bit_patterns"}
     assert len(table) == len(TRITON_CASES) * 2
+    if device.type == "cpu":  # the interpreter runs the batches of 1, 2 and 17 rows of the axis only
+        assert set(table["batch_largest"].dropna()) == {max(consistency.INTERPRETED_BATCHES)}
 
 
 @pytest.mark.parametrize(
@@ -134,7 +136,8 @@ def test_poison_lies_where_an_over_read_would_find_it():
 
 
 def test_a_selector_declaring_fp8_is_judged_on_fp8():
-    table = conformance.run("selectors_for_tests:fp8_topk", "cpu", cases=["vocab_100", "huge", "ties_far"])
+    cases = ["vocab_100", "huge", "ties_far"]
+    table = conformance.run("selectors_for_tests:fp8_topk", "cpu", cases=cases, quick=True)  # quick batches
     judged = table[table["case"] != "*"]
     assert set(judged["dtype"]) == {"bfloat16", *(str(d)[6:] for d in conformance.battery.DTYPES[3:])}
     assert verdicts(judged) == {"pass"}, conformance.console(table)
@@ -403,3 +406,98 @@ def test_a_preallocated_selector_cannot_overwrite_the_first_call_s_outputs():
     first = edge_cases.call(variant, torch.tensor([[1.0, 2.0, 3.0]]), 1)
     edge_cases.call(variant, torch.tensor([[3.0, 2.0, 1.0]]), 1)
     assert first[1].tolist() == [[2]]
+
+
+# the batch axis (issue 40): a case's rows in batches across the thresholds kernels switch plans at
+LARGE_BATCH_BUGS = [  # (selector, its threshold, the cases it fails, the first quick batch at or above it)
+    ("ties_from_17", 17, {"bit_patterns", "ties_far"}, 17),  # ties: only tie rows show it
+    ("bf16_from_64", 64, {"vocab_7", "bit_patterns", "ties_far"}, 65),
+    ("tail_from_129", 129, {"vocab_7", "ties_far"}, 257),  # the tail: V = 8193's last column, V = 7's row
+    ("last_row_from_257", 257, {"vocab_7", "bit_patterns"}, 257),
+    ("bf16_from_1024", 1024, {"vocab_7", "bit_patterns"}, 1025),
+]  # fmt: skip
+"""Each runs on its cases, vocab_7 (V = 7, to 4096 rows) and vocab_100 (no batch axis). In --quick,
+ties_far (V = 8193) runs batches up to 65 rows (QUICK_BATCH_LOGITS): larger thresholds show on the others."""
+
+
+@pytest.mark.parametrize(("function", "threshold", "cases", "quick_batch"), LARGE_BATCH_BUGS)
+def test_a_path_wrong_from_a_batch_threshold_up_fails_naming_the_batch(
+    function, threshold, cases, quick_batch
+):
+    """Right at every batch below the threshold: the full axis names the threshold itself, the quick one
+    the first of its batches at or above it; the other cases pass."""
+    run = sorted(cases | {"vocab_7", "vocab_100"})
+    table = fp32(f"broken_selectors:{function}", "cpu", *run)
+    bad = failing(table)
+    assert failing_cases(table) == cases, conformance.console(table)
+    assert set(bad["finding"]) == {"batch_variant"} and set(bad["batch_invariant"]) == {"FAIL"}
+    assert set(bad["batch_worst"]) == {threshold}
+    named = bad["detail"].str.contains(f"differ on batch {threshold}): its row ", regex=False)
+    assert named.all(), bad["detail"].tolist()
+    assert f"FAIL at {threshold}" in conformance.console(table)
+    quick = failing(conformance.run(f"broken_selectors:{function}", "cpu", quick=True, cases=run))
+    quick_cases = cases - {"ties_far"} if threshold > 65 else cases
+    assert failing_cases(quick) == quick_cases and set(quick["batch_worst"]) == {quick_batch}
+
+
+def test_a_call_that_raises_on_a_large_batch_is_a_crash_naming_it():
+    table = fp32("broken_selectors:raises_from_1025", "cpu", "vocab_7")
+    assert set(table["finding"]) == {"crash"} and set(table["batch_worst"]) == {1025}
+    assert table["detail"].str.startswith("on batch 1025: RuntimeError: grid of 1025 programs").all()
+    assert "FAIL at 1025" in conformance.console(table)
+
+
+def test_the_batch_axis_crosses_every_power_of_two_and_keeps_the_case_s_layout():
+    assert catalogue.BATCHES[:4] == (1, 2, 3, 4) and catalogue.BATCHES[-1] == 4096
+    assert {2**n + d for n in range(2, 11) for d in (-1, 0, 1)} < set(catalogue.BATCHES)
+    assert set(catalogue.QUICK_BATCHES) < set(catalogue.BATCHES) and max(catalogue.QUICK_BATCHES) == 1025
+    logits = catalogue.place(
+        catalogue.ordinary("axis", 3, 1031), BF16, torch.device("cpu"), offset=3, stride=1040
+    )
+    seen = set()
+    for what, rows, order in consistency.other_batches(logits, False, catalogue.BATCHES):
+        assert what == f"batch {len(order)}" and rows.shape == (len(order), 1031)
+        assert rows.storage_offset() == 3 and rows.stride() == (1040, 1)
+        assert torch.equal(rows, logits[order])
+        seen |= {(int(order[0]), "first"), (int(order[-1]), "last")}
+    assert len(order) == 4096 and seen == {(r, where) for r in range(3) for where in ("first", "last")}
+    flat, poison = torch.as_strided(rows, (rows.untyped_storage().nbytes() // 2,), (1,), 0), 1e4
+    assert flat[:3].eq(poison).all() and flat[1034:1043].eq(poison).all() and flat[-256:].eq(poison).all()
+
+    def sizes(vocab: int, *full) -> list[int]:
+        return [len(order) for *_, order in consistency.other_batches(torch.zeros(1, vocab), *full)]
+
+    assert sizes(4099, False, (1025, 4096)) == [1025, 4096] and sizes(8193, False, (1025, 4096)) == [1025]
+    assert sizes(1031) == list(catalogue.QUICK_BATCHES) and sizes(8193) == [1, 2, 17, 65]  # --quick's cap
+    assert list(consistency.other_batches(logits[:0], False)) == []
+
+
+@pytest.mark.parametrize("name", ["identity", "identity_engine_order", "full_softmax", "argmax_ones"])
+def test_built_in_torch_selectors_pass_the_batch_axis_at_every_tile(name):
+    cases = ["masked", "vocab_4095", "vocab_16385", "vocab_32000"]
+    table = conformance.run(name, "cpu", cases=cases, dtypes=[BF16])
+    assert verdicts(table) == {"pass"}, conformance.console(table)
+    assert set(table["batch_invariant"]) == {"pass"} and set(table["k"]) >= {1, 8}
+    largest = table.groupby("case")["batch_largest"].max().to_dict()
+    assert largest == {"masked": 4096, "vocab_4095": 1025, "vocab_16385": 1025,
+                       "vocab_32000": 257}  # fmt: skip
+
+
+def test_the_console_and_csv_show_a_case_s_worst_batch(tmp_path, capsys):
+    csv = tmp_path / "check.csv"
+    argv = ["check", "selectors_for_tests:exact_topk", "broken_selectors:last_row_from_257", "--case"]
+    assert cli.main([*argv, "bit_patterns", "--dtype", "fp32", "--device", "cpu", "--csv", str(csv)]) == 1
+    out = capsys.readouterr().out
+    assert "pass to 4096 0" in out and "FAIL at 257" in out
+    assert "FAIL bit_patterns float32 k=1: row " in out and "differ on batch 257): its row 256 slot 0" in out
+    table = pd.read_csv(csv)
+    assert list(table.columns) == list(conformance.battery.COLUMNS)  # no column per batch
+    assert table.groupby("selector")["batch_largest"].max().to_dict() == {
+        "selectors_for_tests:exact_topk": 4096, "broken_selectors:last_row_from_257": 257
+    }  # fmt: skip
+    by_selector = table.groupby("selector")["batch_invariant"].agg(set).to_dict()
+    assert by_selector == {
+        "selectors_for_tests:exact_topk": {"pass"},
+        "broken_selectors:last_row_from_257": {"FAIL"},
+    }
+    assert set(failing(table)["batch_worst"]) == {257}

@@ -14,6 +14,7 @@ pytest_plugins = ["pytester"]
 
 DATA = Path(__file__).parent / "data"
 FAST = ["--perfsuite-device", "cpu", "--perfsuite-case", "vocab_7", "--perfsuite-case", "ties_far"]
+FAST += ["--perfsuite-quick"]  # the quick batch axis
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_test_files_use_battery_test_and_the_fixtures(engine):
         test_conforms = battery_test("selectors_for_tests:exact_topk", "cpu", cases=["vocab_100"])
 
         def test_table(perfsuite_check):
-            table = perfsuite_check("selectors_for_tests:exact_topk", "cpu", cases=["ties_far"])
+            table = perfsuite_check("selectors_for_tests:exact_topk", "cpu", cases=["ties_far"], quick=True)
             assert set(table["verdict"]) == {"pass", "skip"}
 
         def test_broken(perfsuite_check):

@@ -1,11 +1,11 @@
 """`perfsuite check SELECTOR...`: the conformance battery on each SELECTOR (a built-in variant,
-package.module:function or a perfsuite.selectors entry point) on this device: misaligned and tiny
-vocabularies (k up to V), poisoned row padding, offset data pointers, NaN/inf rows (judged by the declared
-NaN policy), bit-level float patterns (signed zeros, one-ulp near-ties, subnormals, the largest finite
-values), grammar masks, ties, huge values, B = 0, int64 addressing, every dtype the selector declares, and
-on a GPU a graph capture and a side stream. Each call is made twice (bitwise repeat) and some on other
-batches (batch invariance). One row per case, dtype and k: pass, FAIL with what went wrong, or skip with
-the reason. Exit 1 on any failure, 0 otherwise, 2 when a selector does not load."""
+package.module:function or a perfsuite.selectors entry point) on this device: misaligned, tiny, tile-edge
+and models' vocabularies (k up to V, or 16), poisoned row padding, offset data pointers, NaN/inf rows (by
+the declared NaN policy), bit-level float patterns, grammar masks, ties, huge values, B = 0, int64
+addressing, every declared dtype, on a GPU a graph capture and a side stream. Each call is made twice
+(bitwise repeat), and some cases' rows again in batches of 1 to 4096 rows (the batch axis). One row per
+case, dtype and k: pass, FAIL with what went wrong, or skip with the reason. Exit 1 on any failure, 0
+otherwise, 2 when a selector does not load."""
 
 from __future__ import annotations
 

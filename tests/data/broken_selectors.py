@@ -238,3 +238,32 @@ def default_stream(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
     with torch.cuda.stream(torch.cuda.default_stream(logits.device)):
         index = _top(logits, k)
         return _softmax_at(logits, index), index
+
+
+def _large_batch_path(threshold: int, wrong: str):
+    """An exact selector whose path for batches of `threshold` rows and more (a plan picked by row count) is
+    wrong, `wrong` saying how: "ties" to the highest index, "bf16" probabilities, "last_row" left unwritten,
+    "tail" the vocabulary's last partial 256-column tile never read, "raises" (a launch that fails)."""
+
+    @selector(accuracy="exact")
+    def select(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        large = logits.shape[0] >= threshold
+        if large and wrong == "raises":
+            raise RuntimeError(f"grid of {logits.shape[0]} programs exceeds the launch limit")
+        read = logits[:, : max(k, logits.shape[-1] // 256 * 256)] if large and wrong == "tail" else logits
+        index = _tie_order(read, k, highest_first=large and wrong == "ties")
+        p = _softmax_at(logits.bfloat16() if large and wrong == "bf16" else logits, index)
+        if large and wrong == "last_row":
+            p[-1], index[-1] = 0.0, 0
+        return p, index
+
+    select.__doc__ = f"wrong from {threshold} rows up: {wrong}"
+    return select
+
+
+ties_from_17 = _large_batch_path(17, "ties")
+bf16_from_64 = _large_batch_path(64, "bf16")
+last_row_from_257 = _large_batch_path(257, "last_row")
+bf16_from_1024 = _large_batch_path(1024, "bf16")
+tail_from_129 = _large_batch_path(129, "tail")
+raises_from_1025 = _large_batch_path(1025, "raises")

@@ -19,11 +19,11 @@ from perfsuite.variants.base import FP8_DTYPES, SUPPORTED_DTYPES, Variant, dtype
 DTYPES = (*SUPPORTED_DTYPES, *FP8_DTYPES)  # every logits dtype the battery knows (float8 where torch has it)
 COLUMNS = (
     "selector", "case", "dtype", "k", "verdict", "finding", "detail", "repeat", "batch_invariant",
-    "batch_max_dp", "batch", "vocab", "row_stride", "offset", "description", "accuracy",
-    "lowest_index_ties", "nan", "device", "seconds",
+    "batch_max_dp", "batch_worst", "batch_largest", "batch", "vocab", "row_stride", "offset", "description",
+    "accuracy", "lowest_index_ties", "nan", "device", "seconds",
 )  # fmt: skip
-"""`repeat`: the second call bitwise equal to the first; `batch_invariant`: the same indices with the rows
-reversed and row 0 alone (cases marked `batch_check`), `batch_max_dp` the largest `topk_p` difference."""
+"""`repeat`: the second call bitwise equal to the first; `batch_invariant` etc.: the batch axis (cases marked
+`batch_check`), `consistency.batch`."""
 ALL_CASES = "*"
 NEEDS_GPU = "graph capture needs a GPU (CUDA or HIP)"
 
@@ -64,14 +64,14 @@ def rows(
             yield _row(variant, device, dtype, Verdict("skip", detail=unclaimed))
     for case in chosen:
         for dtype in (d for d in wanted if d in variant.dtypes):
-            yield from _case_rows(variant, case, dtype, device)
+            yield from _case_rows(variant, case, dtype, device, quick)
 
 
 def _case_rows(
-    variant: Variant, case: catalogue.Case, dtype: torch.dtype, device: torch.device
+    variant: Variant, case: catalogue.Case, dtype: torch.dtype, device: torch.device, quick: bool
 ) -> Iterator[dict]:
     where = {"case": case.name, "description": case.description, "vocab": case.vocab}
-    logits, reason = None, NEEDS_GPU
+    logits, reason, axis = None, NEEDS_GPU, None  # axis: the batch axis, built for the first k run
     if not case.graph or device.type == "cuda":
         try:
             logits = case.build(dtype, device)
@@ -85,30 +85,33 @@ def _case_rows(
         elif case.graph:
             verdict = graph_replay.replay_verdict(variant, logits, k)
         else:
-            verdict, checks = _verdict(variant, logits, k, device, batch_check=case.batch_check)
+            build = case.batch_check and axis is None
+            axis = list(consistency.other_batches(logits, quick, case.batches)) if build else axis or []
+            verdict, checks = _verdict(variant, logits, k, device, axis)
         seconds = round(time.perf_counter() - start, 4)
         yield _row(variant, device, dtype, verdict, **where, **checks, k=k, seconds=seconds)
 
 
 def _verdict(
-    variant: Variant, logits: torch.Tensor, k: int, device: torch.device, *, batch_check: bool
+    variant: Variant, logits: torch.Tensor, k: int, device: torch.device, axis: list[consistency.Batch]
 ) -> tuple[Verdict, dict]:
     """The verdict on two calls on a side stream and the consistency columns: the first call judged (or
-    excused), then the stream, the repeat and batch invariance; the first failure found is the verdict's."""
+    excused), then the stream, the repeat and (none failed) the batch `axis`; the first failure found is the
+    verdict's."""
     with consistency.on_side_stream(device) as elsewhere, interpreted_launches() as launched:
         first = edge_cases.call(variant, logits, k)
         second = None if isinstance(first, str) else edge_cases.call(variant, logits, k)
     if isinstance(first, str):
         return Verdict("FAIL", "crash", first), {}
     verdict = excused(judge(variant, logits, k, *first), launched[0], variant, logits, k, first)
-    found = [Verdict("FAIL", "wrong_stream", elsewhere[0]) if elsewhere[0] else PASS]
+    found = [verdict, Verdict("FAIL", "wrong_stream", elsewhere[0]) if elsewhere[0] else PASS]
     found.append(consistency.repeat(first, second))
     checks: dict = {"repeat": found[-1].status}
-    if batch_check:
-        invariance, max_dp = consistency.batch(variant, logits, k, first)
-        checks |= {"batch_invariant": invariance.status, "batch_max_dp": max_dp}
+    if axis and all(v.status != "FAIL" for v in found):  # the batch axis, on an answer found right
+        invariance, columns = consistency.batch(variant, axis, k, first, bool(launched[0]))
+        checks |= columns
         found.append(invariance)
-    return next((v for v in [verdict, *found] if v.status == "FAIL"), verdict), checks
+    return next((v for v in found if v.status == "FAIL"), verdict), checks
 
 
 def run(name: str, device: torch.device | str = "cpu", **options) -> pd.DataFrame:
@@ -143,12 +146,17 @@ def console(table: pd.DataFrame) -> str:
             index=["case", "k"], columns="dtype", values="cell", aggfunc="first", sort=False
         )
         wide = wide.rename_axis(columns=None).fillna("")
+        cells["failed_at"] = pd.to_numeric(cells["batch_worst"]).where(cells["batch_invariant"] == "FAIL")
         checked = cells.groupby(["case", "k"], sort=False).agg(
-            repeat=("repeat", _overall), batch=("batch_invariant", _overall), dp=("batch_max_dp", "max")
-        )
+            repeat=("repeat", _overall), batch=("batch_invariant", _overall), dp=("batch_max_dp", "max"),
+            failed_at=("failed_at", "min"), largest=("batch_largest", "max"),
+        )  # fmt: skip
         wide["repeat"] = checked["repeat"]
-        batch = lambda r: f"{r.batch} {r.dp:.2g}" if r.batch and pd.notna(r.dp) else r.batch  # noqa: E731
-        wide["batch"] = checked.apply(batch, axis=1)  # aligned on (case, k), as repeat
+        # aligned on (case, k), as repeat: FAIL at the first batch that differs (over the dtypes), or pass
+        # up to the largest batch run and the largest topk_p difference
+        passed = "pass to " + checked["largest"].map("{:.0f} ".format) + checked["dp"].map("{:.2g}".format)
+        failed = "FAIL at " + checked["failed_at"].map("{:.0f}".format)
+        wide["batch"] = failed.where(checked["batch"] == "FAIL", passed.where(checked["batch"] != "", ""))
         lines.append(wide.reset_index().to_string(index=False))
     for r in table[table["verdict"] == "FAIL"].itertuples():
         lines.append(f"  FAIL {r.case} {r.dtype} k={'-' if pd.isna(r.k) else int(r.k)}: {r.detail}")

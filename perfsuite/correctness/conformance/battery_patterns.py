@@ -21,6 +21,12 @@ from perfsuite.core import machine
 from perfsuite.correctness import edge_cases
 
 TAIL = 256  # poisoned elements after the last row (and around each row of a buffer not filled)
+BATCHES = tuple(sorted({1, 2, 3, 4096, *(2**n + d for n in range(2, 11) for d in (-1, 0, 1))}))
+"""The batch axis: 1 to 3 rows, one below, at and above every power of two up to 1024, and 4096 rows."""
+QUICK_BATCHES = (1, 2, 17, 65, 257, 1025)  # past 16, 64 (and an H200's split-or-fused 33), 256 and 1024
+TILES = (1024, 2048, 4096, 8192, 16384)  # V = t - 1, t, t + 1: kernels/plan.py's split blocks, merge tiles,
+# chunks and fused tiles (2048 fp32, 4096 bf16, 8192 fp8 columns), and vendors' up to 16384
+MODEL_VOCABS = (32000, 128256, 129280, 151936)  # Llama 2, Llama 3, DeepSeek-V3, Qwen2.5/3 (and 151666 below)
 INT64_STRIDE = (1 << 31) + 1024  # the int64 addressing case's row stride: rows past 2^31 and 2^32 elements
 
 Build = Callable[[torch.dtype, torch.device], torch.Tensor]
@@ -41,7 +47,8 @@ class Case:
     ks: tuple[int, ...] = (1, 8)
     quick: bool = True
     graph: bool = False  # captured in a CUDA/HIP graph and replayed (GPUs only)
-    batch_check: bool = False  # also called on its rows reversed and on its first row alone
+    batch_check: bool = False  # its rows also run in batches of `batches` rows (QUICK_BATCHES in --quick)
+    batches: tuple[int, ...] = BATCHES
 
     def topks(self) -> list[int]:
         """The k values it runs with (k never above V)."""
@@ -200,10 +207,13 @@ def _masked() -> torch.Tensor:
 def catalogue() -> list[Case]:
     """Every case of the battery, in the order they are run and shown."""
     vocab = edge_cases.EDGE_VOCAB
+    wide = dict(ks=(1, 8, 16), quick=False, batch_check=True, batches=QUICK_BATCHES)  # k up to 16
     return [
         *(_ordinary(f"vocab_{v}", f"misaligned vocabulary V={v}, B=3, poison after the last row", v,
-                    quick=v in (8193, 151666), batch_check=v == 8193)
-          for v in (8193, 129281, 151666, 248320)),
+                    quick=v in (8193, 151666)) for v in (8193, 129281, 151666, 248320)),
+        *(_ordinary(f"vocab_{v}", f"V={v}, around a {t}-column tile, k up to 16", v, **wide)
+          for t in TILES for v in (t - 1, t, t + 1) if v != 8193),
+        *(_ordinary(f"vocab_{v}", f"a model's vocabulary V={v}", v, **wide) for v in MODEL_VOCABS),
         # k up to V; V = 3 and 17 add 30 Triton compile keys: the full battery only
         *(_ordinary(f"vocab_{v}", f"tiny vocabulary V={v}, k up to V", v, quick=v <= 2,
                     ks=tuple(range(1, v + 1)) if v <= 3 else (1, 8, v - 1, v)) for v in (1, 2, 3, 17)),

@@ -1,16 +1,19 @@
 """What one call cannot show: repeatability (a split kernel merging its partials in arrival order returns
-other ties on the next call), batch invariance (a plan that depends on the batch size) and the stream the
-work runs on (`on_side_stream`)."""
+other ties on the next call), batch invariance (a plan that depends on the batch size: the batch axis) and
+the stream the work runs on (`on_side_stream`)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
+import pandas as pd
 import torch
 
 from perfsuite import simulated_gpu
+from perfsuite.core import machine
 from perfsuite.correctness import edge_cases
+from perfsuite.correctness.conformance.battery_patterns import BATCHES, QUICK_BATCHES, place
 from perfsuite.correctness.conformance.judge import PASS, Verdict
 from perfsuite.correctness.parity import tolerance
 from perfsuite.variants.base import Variant
@@ -33,43 +36,67 @@ def repeat(first: edge_cases.Outputs, second: edge_cases.Outputs | str) -> Verdi
     return Verdict("FAIL", "not_repeatable", detail)
 
 
-def other_batches(logits: torch.Tensor) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """(what, logits, the original row of each row) of the rows reversed (a fresh contiguous copy) and row 0
-    alone (a view): the batches a row is also called in; none for a single row."""
-    if logits.shape[0] < 2:
-        return []
-    return [
-        ("the rows reversed", logits.flip(0), torch.arange(logits.shape[0] - 1, -1, -1)),
-        ("row 0 alone", logits[:1], torch.tensor([0])),
-    ]
+CPU_BATCH_LOGITS = 1025 * 16385  # on a CPU (time): the quick axis at every tile, 4096 rows up to V = 4099
+QUICK_BATCH_LOGITS = 1025 * 1031  # --quick (time): 1025 rows up to V = 1031, 257 at 4099, 65 at 8193
+INTERPRETED_BATCHES = (1, 2, 17)  # the only ones in Triton's CPU interpreter (30 ms a row): the rest on a GPU
+Batch = tuple[str, torch.Tensor, torch.Tensor]  # what, logits, the case's row of each row
 
 
-def batch(variant: Variant, logits: torch.Tensor, k: int, first: edge_cases.Outputs) -> tuple[Verdict, float]:
-    """`first` (the call on the whole batch) against the calls on `other_batches`; the largest `topk_p`
-    difference seen."""
-    rtol, atol = tolerance(variant.accuracy, logits.dtype)
-    worst = 0.0
-    failed = lambda detail, dp=float("nan"): (Verdict("FAIL", "batch_variant", detail), dp)  # noqa: E731
-    for what, rows, order in other_batches(logits):
-        out = edge_cases.call(variant, rows, k)
-        if isinstance(out, str):
-            return failed(f"the call on {what} raised: {out}")
-        p, index = first[0][order], first[1][order]
-        moved = (out[1] != index).any(dim=-1)
-        if bool(moved.any()):
-            r = int(moved.nonzero()[0])
-            seen = f"{index[r].tolist()} in the batch, {out[1][r].tolist()} with {what}"
-            return failed(f"row {int(order[r])}'s indices depend on its batch: {seen}")
+def other_batches(
+    logits: torch.Tensor, quick: bool = True, sizes: Iterable[int] = BATCHES
+) -> Iterator[Batch]:
+    """(what, logits, the case's row of each row) of each of `sizes` (`quick`: QUICK_BATCHES, each at most
+    QUICK_BATCH_LOGITS) whose logits fit (an eighth of a GPU's free memory; on a CPU or the simulated GPU
+    an eighth of the host's and CPU_BATCH_LOGITS): the case's rows in an order drawn at random (seeded by
+    the size: each row at many places, beside the others), laid out as the case's (data pointer offset,
+    row stride, poison); none for B = 0."""
+    if logits.is_cuda and simulated_gpu.active() is None:
+        cap = torch.cuda.mem_get_info(logits.device)[0] // 8 // logits.element_size()
+    else:
+        cap = min(machine.host_available_bytes() // 8 // logits.element_size(), CPU_BATCH_LOGITS)
+    cap, sizes = (min(cap, QUICK_BATCH_LOGITS), QUICK_BATCHES) if quick else (cap, sizes)
+    layout = {"offset": logits.storage_offset(), "stride": logits.stride(0)}
+    for size in (s for s in sizes if s * logits.shape[1] <= cap and len(logits)):
+        order = torch.randint(len(logits), (size,), generator=torch.Generator().manual_seed(size))
+        rows = logits[order.to(logits.device)]
+        yield f"batch {size}", place(rows, logits.dtype, logits.device, **layout), order
+
+
+def batch(
+    variant: Variant, axis: list[Batch], k: int, first: edge_cases.Outputs, interpreted: bool = False
+) -> tuple[Verdict, dict]:
+    """`first` (the call on the case's rows) against the calls on each batch of `axis` (`other_batches`;
+    of INTERPRETED_BATCHES rows only for a selector that ran Triton's interpreter): each row's indices
+    bitwise the same, its `topk_p` within the tolerance. Columns (none when no batch ran): batch_invariant;
+    batch_max_dp, the largest `topk_p` difference; batch_worst, the first batch that differs, else that of
+    batch_max_dp; batch_largest, the largest batch run."""
+    checks: dict = {"batch_invariant": "pass", "batch_max_dp": 0.0, "batch_worst": pd.NA}
+    for what, rows, order in (b for b in axis if len(b[2]) in INTERPRETED_BATCHES or not interpreted):
+        rtol, atol = tolerance(variant.accuracy, rows.dtype)
+        checks["batch_largest"] = size = len(order)
+        out, p, index = edge_cases.call(variant, rows, k), first[0][order], first[1][order]
+        failed = {"batch_invariant": "FAIL", "batch_worst": size}
+        if isinstance(out, str) or any(o.shape != index.shape for o in out):
+            seen = (
+                out if isinstance(out, str) else f"outputs {[tuple(o.shape) for o in out]}, not {index.shape}"
+            )
+            return Verdict("FAIL", "crash", f"on {what}: {seen}"), checks | failed
         # |difference| in float64, 0 where both are NaN, inf where only one is
         both_nan = torch.isnan(out[0]) & torch.isnan(p)
         dp = torch.where(both_nan, 0.0, (out[0].double() - p.double()).abs().nan_to_num(nan=float("inf")))
-        worst = max(worst, float(dp.max()))
-        off = dp > rtol * p.double().abs().nan_to_num(0.0) + atol
-        if bool(off.any()) and variant.accuracy != "inexact":
-            r, s = (int(v) for v in off.nonzero()[0])
-            seen = f"{float(p[r, s]):.6g} in the batch, {float(out[0][r, s]):.6g} with {what}"
-            return failed(f"row {int(order[r])} slot {s}: topk_p {seen} (beyond {rtol:.2g} relative)", worst)
-    return PASS, worst
+        if float(dp.max()) > checks["batch_max_dp"]:
+            checks |= {"batch_max_dp": float(dp.max()), "batch_worst": size}
+        off = (dp > rtol * p.double().abs().nan_to_num(0.0) + atol) & (variant.accuracy != "inexact")
+        if bool((moved := (out[1] != index) | off).any()):
+            r, s = (int(v) for v in moved.nonzero()[0])
+            part = "indices depend" if bool((out[1][r] != index[r]).any()) else "topk_p depends"
+            seen = (
+                f"row {int(order[r])}'s {part} on its batch ({int(moved.sum())} of {moved.numel()} slots "
+                f"differ on {what}): its row {r} slot {s} has index {int(out[1][r, s])}, topk_p "
+                f"{float(out[0][r, s]):.6g}, the case's own call {int(index[r, s])}, {float(p[r, s]):.6g}"
+            )
+            return Verdict("FAIL", "batch_variant", seen), checks | failed
+    return PASS, checks if "batch_largest" in checks else {}
 
 
 @contextlib.contextmanager
