@@ -1,18 +1,7 @@
 """Commands: `perfsuite list | run | report | summary | compare | profile | call | kernels | tune | warm |
 check | variants | tp-page` (one module each in perfsuite/commands).
 
-Exit status (the same for every command):
-  0    done
-  1    a finding: a case failed parity (`run`, after writing everything: a wrong index, or an exact
-       variant's probability off), a regression (`compare`), a kernel that does not compile or spills
-       registers (`kernels`), a selector failing the conformance battery (`check`), a launch that
-       failed (`warm`)
-  2    bad input: a malformed scenario or results file, an unknown key, variant or target (one message)
-  3    `call` on a case that cannot run here
-  4    internal error: one line on stderr naming the file that holds the traceback
-       (PERFSUITE_DEBUG=1: the traceback on stderr)
-  124  `warm` stopped at its --budget with launches left
-  130  interrupted by SIGINT or SIGTERM: what was measured so far is written first
+Exit status: the one table of `perfsuite.core.exits` (`perfsuite --help` lists it).
 """
 
 from __future__ import annotations
@@ -25,13 +14,6 @@ import traceback
 from datetime import datetime
 
 from perfsuite.commands import (
-    EXIT_BUDGET,
-    EXIT_FINDING,
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_SKIPPED,
-    EXIT_USAGE,
     UsageError,
     call,
     check,
@@ -48,14 +30,14 @@ from perfsuite.commands import (
     warm,
 )
 from perfsuite.core.console import first_line, interruptible
+from perfsuite.core.exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, table
 from perfsuite.scenario.load import ScenarioError
 
 COMMANDS = (list_cases, run, report, summary, compare, profile, call, kernels, tune, warm, check, variants,
             tp_page)  # fmt: skip
 """The commands, in the order `perfsuite --help` lists them."""
-EXIT_REGRESSION = EXIT_PROBLEM = EXIT_PARITY = EXIT_FINDING  # every finding is status 1
 DEBUG_ENV = "PERFSUITE_DEBUG"
-__all__ = ["EXIT_BUDGET", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SKIPPED", "EXIT_USAGE", "main", "parser"]
+__all__ = ["main", "parser"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="perfsuite",
         description=__doc__[: __doc__.index("\n\n")],
-        epilog=__doc__[__doc__.index("Exit status") :],
+        epilog=table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True)

@@ -1,8 +1,9 @@
 """Running a scenario: each case timed, its traffic accounted for and its results checked for parity.
 
-Each case kind (`perfsuite.core.kinds`: kernel, tensor parallel, draft) gives the scenario's cases and
-runs them; every case becomes one row, appended to its kind's log the moment it finishes; a case that
-cannot run records why (skipped) and a case that breaks records its error, and the sweep goes on.
+Each case kind (`perfsuite.core.kinds`: kernel, tensor parallel, draft, edge-case matrix) gives the
+scenario's cases and runs them; every case becomes its rows (one; the edge-case matrix's: one per row
+pattern and variant), appended to its kind's log the moment it finishes; a case that cannot run records why
+(skipped) and a case that breaks records its error, and the sweep goes on.
 """
 
 from __future__ import annotations

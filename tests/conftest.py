@@ -1,4 +1,5 @@
-"""Test set-up: Triton runs in its interpreter on machines without a GPU; shared fixtures.
+"""Test set-up: Triton runs in its interpreter on machines without a GPU; shared fixtures (devices, the
+recorded Triton launches).
 
 GPU tests run on the real GPU where there is one, else on the simulated one (`perfsuite.simulated_gpu`):
 the `gpu` fixture installs it for the test's duration, `simulated` runs a test on every simulated model.
@@ -43,3 +44,19 @@ def simulated(request: pytest.FixtureRequest) -> Iterator[simulated_gpu.Profile]
         pytest.skip("a GPU is present: simulating another one would hide it")
     with simulated_gpu.simulated(request.param) as profile:
         yield profile
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Triton launches record their compile key (and check their pointers' alignment) instead of running."""
+    from perfsuite.kernels import plan as plans
+    from perfsuite.kernels import topk_softmax as ts
+
+    keys: list[tuple] = []
+
+    def record(launch: ts.Launch, *tensors: torch.Tensor) -> None:
+        assert all(t.data_ptr() % plans.LOAD_BYTES == 0 for t in tensors)
+        keys.append(launch.compile_key(tensors[0].dtype))
+
+    monkeypatch.setattr(ts.Launch, "__call__", record)
+    return keys

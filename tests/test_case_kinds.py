@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from perfsuite import cli
-from perfsuite.core import kinds
+from perfsuite.core import exits, kinds
 from perfsuite.report.blocks import Note, Section
 from perfsuite.results.columns import RUN_COLUMNS, Column
 from perfsuite.scenario import load as scenarios
@@ -107,14 +107,14 @@ def test_the_kind_checks_its_table_before_a_run_touches_its_folder(with_echo, tm
     assert scenarios.load(_scenario(tmp_path)).extra["echo"] == {"values": [3, 1, 2]}
     out = tmp_path / "out"
     bad = _scenario(tmp_path, SCENARIO.replace("[3, 1, 2]", '["x"]'))
-    assert cli.main(["run", str(bad), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE
+    assert cli.main(["run", str(bad), "--out", str(out), "--no-progress"]) == exits.EXIT_USAGE
     assert "[echo].values" in capsys.readouterr().err
     assert not out.exists()
 
 
 def test_a_fourth_kind_runs_logs_writes_and_reports(with_echo, tmp_path, capsys):
     out = tmp_path / "out"
-    assert cli.main(["run", str(_scenario(tmp_path)), "--out", str(out), "--no-progress"]) == cli.EXIT_OK
+    assert cli.main(["run", str(_scenario(tmp_path)), "--out", str(out), "--no-progress"]) == exits.EXIT_OK
     logged = [json.loads(line) for line in (out / "echo.jsonl").read_text().splitlines()]
     assert [row["case_id"] for row in logged] == ["echo/3", "echo/1", "echo/2"]
     table = pd.read_csv(out / "echo.csv")
@@ -122,14 +122,14 @@ def test_a_fourth_kind_runs_logs_writes_and_reports(with_echo, tmp_path, capsys)
     assert "echoed [1, 2, 3]" in (out / "report.html").read_text()
     assert "3 echo cases: 3 ok" in capsys.readouterr().out
     # a second run puts the kind's files aside like every other run file
-    assert cli.main(["run", str(_scenario(tmp_path)), "--out", str(out), "--no-progress"]) == cli.EXIT_OK
+    assert cli.main(["run", str(_scenario(tmp_path)), "--out", str(out), "--no-progress"]) == exits.EXIT_OK
     assert list((out / "earlier").glob("*/echo.jsonl"))
 
 
 def test_a_resumed_run_skips_the_kinds_logged_cases(with_echo, tmp_path, monkeypatch):
     out = tmp_path / "out"
     path = _scenario(tmp_path)
-    assert cli.main(["run", str(path), "--out", str(out), "--no-progress"]) == cli.EXIT_OK
+    assert cli.main(["run", str(path), "--out", str(out), "--no-progress"]) == exits.EXIT_OK
     ran: list[str] = []
     original = run
 
@@ -138,7 +138,7 @@ def test_a_resumed_run_skips_the_kinds_logged_cases(with_echo, tmp_path, monkeyp
         return original(todo, context)
 
     monkeypatch.setattr(f"{HERE}.run", counting)
-    assert cli.main(["run", str(path), "--out", str(out), "--no-progress", "--resume"]) == cli.EXIT_OK
+    assert cli.main(["run", str(path), "--out", str(out), "--no-progress", "--resume"]) == exits.EXIT_OK
     assert ran == [] and len((out / "echo.jsonl").read_text().splitlines()) == 3
 
 
@@ -156,5 +156,5 @@ def test_shards_keep_the_kinds_units_whole(with_echo, tmp_path):
     # the shards merged back: the kind's rows of both in one report
     folders = [str(tmp_path / f"shard{i}" / f"shard-{i}-of-2") for i in range(2)]
     page = tmp_path / "merged.html"
-    assert cli.main(["report", *folders, "--out", str(page)]) == cli.EXIT_OK
+    assert cli.main(["report", *folders, "--out", str(page)]) == exits.EXIT_OK
     assert "echoed [1, 2, 3]" in page.read_text()

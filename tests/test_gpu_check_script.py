@@ -252,6 +252,8 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
         with_argmax.replace("[sweep]\n", '[[sweep]]\npaths = ["eager", "graph"]\n')
         + '[[sweep]]\nvariants = ["full_softmax", "triton_auto"]\npaths = ["graph"]\ndtypes = ["bfloat16"]\n'
         + 'vocab = [4500]\nbatch = [2]\ntopk = [8]\nlogits = ["gaussian"]\n'
+        + '[[sweep]]\nvariants = ["triton_auto"]\npaths = ["graph"]\ndtypes = ["bfloat16"]\n'
+        + 'vocab = [300]\nbatch = [2]\ntopk = [1]\nlogits = ["gaussian"]\n'  # the tune stage's shape
     )
     draft = Path(on_the_gpu["draft"])  # a Triton selector in the draft loop: fp32 [B, V] and [B * k, V]
     draft.write_text(draft.read_text().replace('"identity"]', '"identity", "triton_auto"]'))
@@ -284,7 +286,9 @@ def test_the_whole_check_runs_on_the_simulated_h200(tmp_path):
     assert (results["status"] == "ok").all() and results["simulated"].all()
     assert set(results["path"]) == {"eager", "graph"}
     assert set(results["device"]) == {"NVIDIA H200 (simulated)"}
-    assert results.set_index("variant")["launch"]["triton_auto"].str.endswith("(tuned)").all()
+    auto = results[results["variant"] == "triton_auto"].set_index("vocab")["launch"]
+    assert auto[300].endswith("(tuned)")  # the shape the tune stage measured; 4500 lies 3.9 octaves away
+    assert auto[4500].str.endswith("(heuristic)").all()
     assert '"device": "NVIDIA H200 (simulated)"' in (out / "tuned.json").read_text()
     draft = pd.read_csv(out / "draft.csv")
     assert set(draft["path"]) == {"eager", "graph"} and (draft["status"] == "ok").all()

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from perfsuite import cli, kernels
+from perfsuite.core import exits
 from perfsuite.kernels import resources
 
 needs_triton = pytest.mark.skipif(not kernels.triton_installed(), reason=kernels.NO_TRITON)
@@ -144,7 +145,7 @@ def test_compile_ahead_compiles_each_kernel_once_and_a_compile_error_is_a_findin
 def test_unknown_target_is_a_usage_error(tmp_path, capsys):
     scenario = tmp_path / "k.toml"
     scenario.write_text(SCENARIO)
-    assert cli.main(["kernels", str(scenario), "--target", "sm_9"]) == cli.EXIT_USAGE
+    assert cli.main(["kernels", str(scenario), "--target", "sm_9"]) == exits.EXIT_USAGE
     known = "sm_80, sm_90, sm_100, gfx90a, gfx942, gfx950"
     assert f"unknown target sm_9; known: {known}" in capsys.readouterr().err
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfsuite import cli, commands
+from perfsuite import cli
+from perfsuite.core import exits
 
 ROOT = Path(__file__).parents[1]
 NAMES = [command.NAME for command in cli.COMMANDS]
@@ -103,7 +104,7 @@ def test_tp_page_reads_any_results_file(tmp_path, capsys):
     csv = tmp_path / "tp2.csv"
     tp_frame().to_csv(csv, index=False)
     assert cli.main(["tp-page", str(csv)]) == 0 and capsys.readouterr().out == out
-    assert cli.main(["tp-page", str(tmp_path / "missing.jsonl")]) == commands.EXIT_USAGE
+    assert cli.main(["tp-page", str(tmp_path / "missing.jsonl")]) == exits.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("perfsuite: ") and "missing.jsonl" in err and len(err.splitlines()) == 1
 

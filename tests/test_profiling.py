@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from perfsuite import cli, simulated_gpu
+from perfsuite.core import exits
 from perfsuite.scenario.load import expand, load
 from perfsuite.simulated_gpu import runtime
 from perfsuite.tools.profiling import (
@@ -393,6 +394,6 @@ def test_an_interrupted_profile_writes_the_tables_of_the_cases_done(scenario_fil
     monkeypatch.setattr(profiling, "profile_case", stop_at_the_third)
     out = tmp_path / "prof"
     command = ["profile", str(scenario_file), "--out", str(out), "--calls", "1"]
-    assert cli.main(command) == cli.EXIT_INTERRUPTED
+    assert cli.main(command) == exits.EXIT_INTERRUPTED
     assert list(pd.read_csv(out / "cases.csv")["case_id"]) == done
     assert (out / "kernels.csv").exists()

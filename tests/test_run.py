@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
+import re
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from perfsuite import cli, variants
 from perfsuite.cases.kernel.kernel_runner import KernelRunner
+from perfsuite.core import strict_json
 from perfsuite.measure import memory
 from perfsuite.results import columns
 from perfsuite.results.run import load_run
@@ -244,11 +251,19 @@ l2 = "hot"
 """
 
 
-def test_one_run_covers_kernels_tensor_parallel_and_the_draft_loop(tmp_path, capsys):
-    path = tmp_path / "mixed.toml"
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory) -> tuple[Path, str]:
+    """`perfsuite run` of MIXED (every kind, a torchrun of two ranks), once: its folder and its stdout."""
+    path = tmp_path_factory.mktemp("mixed") / "mixed.toml"
     path.write_text(MIXED)
-    out = tmp_path / "out"
-    assert cli.main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    out, printed = path.parent / "out", io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    return out, printed.getvalue()
+
+
+def test_one_run_covers_kernels_tensor_parallel_and_the_draft_loop(mixed_run):
+    out, printed = mixed_run
     frame = load_run([out]).frame
     assert set(frame["tp"]) == {1, 2} and set(frame["status"]) == {"ok"}, frame[["case_id", "reason"]]
     tp = frame[frame["tp"] == 2].set_index("variant")
@@ -258,5 +273,53 @@ def test_one_run_covers_kernels_tensor_parallel_and_the_draft_loop(tmp_path, cap
     assert set(draft["variant"]) == {"full_softmax", "argmax_ones"} and set(draft["status"]) == {"ok"}
     page = (out / "report.html").read_text()
     assert 'id="tp"' in page and 'id="draft"' in page and 'id="summary"' in page
-    printed = capsys.readouterr().out
-    assert "2 draft cases: 2 ok" in printed and "4 cases: 4 ok" in printed
+    counts = [line for line in printed.splitlines() if re.match(r"\d+ ", line)]
+    edge_rows = len(pd.read_csv(out / "edge_cases.csv"))
+    assert counts == ["4 cases: 4 ok", "2 draft cases: 2 ok", f"{edge_rows} edge-case matrix rows"]
+    doubled = [line for line in printed.splitlines() if re.search(r"\b(\w+) \1\b", line)]
+    assert not doubled, doubled
+
+
+def strict_loads(text: str) -> object:
+    """`json.loads` refusing NaN and infinities, as jq, JavaScript's JSON.parse and dashboards do."""
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_json_file_a_run_writes_is_strict_json(mixed_run):
+    out, _ = mixed_run
+    written = sorted(p for p in out.rglob("*") if p.suffix in (".json", ".jsonl"))
+    expected = {"run.json", "results.json", "results.jsonl", "samples.jsonl", "draft.jsonl"}
+    assert expected | {"edge_cases.jsonl", "tp2.jsonl", "env.json"} <= {p.name for p in written}
+    for path in written:
+        text = path.read_text(encoding="utf-8")
+        for document in text.splitlines() if path.suffix == ".jsonl" else [text]:
+            if document.strip():
+                strict_loads(document)  # raises on NaN, Infinity, -Infinity
+    constants = strict_loads((out / "run.json").read_text())["constants"]
+    assert constants["copy_sm_mhz"] is None and constants["peak_gbps"] is None  # a CPU has neither: null
+    assert strict_loads((out / "tp" / "env.json").read_text())["copy_sm_mhz"] is None
+
+
+def test_files_from_before_with_nan_still_load(mixed_run, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(mixed_run[0], old)
+    manifest = json.loads((old / "run.json").read_text())
+    manifest["constants"]["peak_gbps"] = math.nan
+    (old / "run.json").write_text(json.dumps(manifest))  # NaN, as perfsuite wrote it before
+    rows = (old / "results.jsonl").read_text().splitlines()
+    (old / "results.jsonl").write_text("\n".join(line.replace("null", "NaN") for line in rows) + "\n")
+    assert "NaN" in (old / "results.jsonl").read_text()
+    frame = load_run([old]).frame
+    assert len(frame) == 4 and frame["peak_gbps"].isna().all()
+
+
+def test_strict_json_writes_null_for_missing_values_and_numbers_for_scalars():
+    value = {"nan": math.nan, "inf": [math.inf, -math.inf, 1.5], "np": np.float32("nan"), "i": np.int64(3),
+             "t": torch.tensor(2.5), "b": np.bool_(True), "path": Path("a/b")}  # fmt: skip
+    text = strict_json.dumps(value)
+    assert strict_loads(text) == {"nan": None, "inf": [None, None, 1.5], "np": None, "i": 3, "t": 2.5,
+                                  "b": True, "path": "a/b"}  # fmt: skip

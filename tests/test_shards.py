@@ -12,6 +12,7 @@ import tomllib
 
 from perfsuite import cli
 from perfsuite.cases.kernel import unit as unit_of
+from perfsuite.core import exits
 from perfsuite.results import sweep_shards
 from perfsuite.results.run import load_run
 from perfsuite.scenario.load import expand, parse
@@ -46,7 +47,7 @@ def run_shard(scenario: Path, out: Path, shard: str, *extra: str) -> int:
 
 @pytest.mark.parametrize("text", ["", "3", "1/0", "2/2", "-1/4", "a/b", "1/2/3"])
 def test_a_bad_shard_is_one_line_and_exit_2(text, tmp_path, capsys):
-    assert run_shard(scenario_file(tmp_path), tmp_path / "out", text) == cli.EXIT_USAGE
+    assert run_shard(scenario_file(tmp_path), tmp_path / "out", text) == exits.EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert err.startswith("perfsuite: --shard: expected I/N") and "\n" not in err
     assert not (tmp_path / "out").exists()
@@ -121,10 +122,10 @@ def test_merge_refuses_shards_of_other_settings_or_twice_and_notes_a_missing_one
 
     code = cli.main(["report", str(a / "shard-0-of-3"), str(b / "shard-1-of-3")])
     err = capsys.readouterr().err.strip()
-    assert code == cli.EXIT_USAGE and "shard of other settings" in err and "\n" not in err
+    assert code == exits.EXIT_USAGE and "shard of other settings" in err and "\n" not in err
 
     code = cli.main(["report", str(a / "shard-0-of-3"), str(a / "shard-0-of-3" / "results.csv")])
-    assert code == cli.EXIT_USAGE and "given twice" in capsys.readouterr().err
+    assert code == exits.EXIT_USAGE and "given twice" in capsys.readouterr().err
 
     merged = load_run([a])
     assert merged is not None
@@ -155,7 +156,7 @@ def test_a_shard_stopped_before_its_first_row_is_noted_and_the_others_merge(tmp_
             (out / f"shard-{i}-of-3" / name).unlink(missing_ok=True)
         (out / f"shard-{i}-of-3" / "results.jsonl").write_text("")
     capsys.readouterr()
-    assert cli.main(["report", str(out)]) == cli.EXIT_USAGE
+    assert cli.main(["report", str(out)]) == exits.EXIT_USAGE
     assert "no shard wrote a row yet" in capsys.readouterr().err
 
 
@@ -166,7 +167,7 @@ def test_merge_refuses_a_plain_run_among_shards(tmp_path, capsys):
     capsys.readouterr()
     code = cli.main(["report", str(tmp_path / "s" / "shard-0-of-2"), str(tmp_path / "plain")])
     err = capsys.readouterr().err
-    assert code == cli.EXIT_USAGE and "not a shard" in err
+    assert code == exits.EXIT_USAGE and "not a shard" in err
 
 
 def test_resume_refuses_another_shard_in_the_folder(tmp_path, capsys):
@@ -175,7 +176,7 @@ def test_resume_refuses_another_shard_in_the_folder(tmp_path, capsys):
     assert run_shard(scenario, out, "0/2") == 0
     (out / "shard-0-of-2").rename(out / "shard-1-of-2")  # the folder holds shard 0, named as shard 1
     capsys.readouterr()
-    assert run_shard(scenario, out, "1/2", "--resume") == cli.EXIT_USAGE
+    assert run_shard(scenario, out, "1/2", "--resume") == exits.EXIT_USAGE
     assert "holds shard 0/2" in capsys.readouterr().err
     # a job array's retry passes --resume always: a shard's first start resumes nothing, and runs
     assert run_shard(scenario, tmp_path / "fresh", "1/2", "--resume") == 0

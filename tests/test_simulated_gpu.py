@@ -364,7 +364,8 @@ def _every_variant_ran(out: Path, model: simulated_gpu.Profile) -> None:
     same = compare(load_side(out), load_side(out), 0.05).table
     timed = same[same["base_status"] == "ok"]
     assert len(timed) == len(measured) and timed["witness"].str.startswith("vs reference, ").all()
-    assert timed["shift"].eq(1).all() and set(timed["outcome"]) == {"same"}
+    # a run against itself: no shift, nothing to fail; a case whose rounds spread past 5 % cannot tell
+    assert timed["shift"].eq(1).all() and set(timed["outcome"]) <= {"same", "cannot tell"}
     assert (out / "edge_cases.csv").exists()
     html = (out / "report.html").read_text()
     assert 'id="simulated"' in html and f"Simulated GPU ({model.name})" in html

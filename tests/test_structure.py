@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "perfsuite"
@@ -138,6 +139,8 @@ SMALL_BY_DESIGN = {
     "perfsuite.variants.triton_auto": "a built-in variant: one module each, found by name",
     "perfsuite.variants.ordering": "the suite's tie order, shared by parity, identity, the draft loop, tp",
     "perfsuite.core.dtypes": "the dtype names every layer shares (kernels, scenario, results, cases)",
+    "perfsuite.core.exits": "the exit statuses every command, tool and worker returns: one table",
+    "perfsuite.core.strict_json": "the JSON every writer shares (results, run.json, tp inputs, traces)",
 }
 
 
@@ -230,3 +233,27 @@ def test_readers_of_the_case_kinds_name_no_kind():
     ]
     named = {reader: sorted(graph[reader] & kind_modules) for reader in readers}
     assert not any(named.values()), f"readers importing a kind's module by name: {named}"
+
+
+def _kind_list(text: str, start: str, end: str) -> set[str]:
+    """The backquoted names between `start` and `end` in `text` (a list of case kinds)."""
+    part = text[text.index(start) :]
+    return set(re.findall(r"`(\w+)`", part[: part.index(end)]))
+
+
+def test_the_docs_list_every_case_kind():
+    from perfsuite.core import kinds
+
+    registered = {kind.name for kind in kinds.KINDS}
+    docs = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    listed = _kind_list(docs, "A case kind is what a scenario asks", "`perfsuite/core/kinds.py`")
+    assert registered <= listed, f"docs/architecture.md's kind list lacks {sorted(registered - listed)}"
+    listed = _kind_list(kinds.__doc__, "`KINDS` lists them", "The loader")
+    assert registered <= listed, f"core/kinds.py's docstring lacks {sorted(registered - listed)}"
+
+
+def test_the_kind_list_check_sees_a_kind_left_out():
+    docs = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    start, end = "A case kind is what a scenario asks", "`perfsuite/core/kinds.py`"
+    assert "edge_cases" in _kind_list(docs, start, end)
+    assert "edge_cases" not in _kind_list(docs.replace("`edge_cases`", "the edge cases"), start, end)

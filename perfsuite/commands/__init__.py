@@ -1,6 +1,6 @@
 """The command line's commands, one module each (NAME, HELP, `add_arguments(parser)`, `run(args)` -> exit
-status), and what several share: the exit statuses, the usage error, the scenario options and their
-overrides, where a run writes by default, and the caveats printed after writing files."""
+status: `core.exits`), and what several share: the usage error, the scenario options and their overrides,
+where a run writes by default, and the caveats printed after writing files."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite.core.console import number_at_least
+from perfsuite.core.exits import EXIT_FINDING, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401 (check, compare)
 from perfsuite.scenario.load import SWEEP_CHECKS, Scenario, load
-
-EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_SKIPPED, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
-EXIT_BUDGET = 124  # `warm` stopped at its --budget with launches left
 
 
 class UsageError(Exception):
@@ -104,7 +102,8 @@ def print_caveats() -> None:
         print(f"perfsuite: report written without plots: {missing}", file=sys.stderr)
 
 
-def status_counts(rows: pd.DataFrame) -> str:
-    """'3 ok, 1 skipped' ('rows' for a kind whose rows have no status)."""
+def status_counts(what: str, rows: pd.DataFrame) -> str:
+    """`what` (a count: "16 cases"), then how many rows of each status: "16 cases: 8 ok, 8 skipped"."""
     counts = rows["status"].value_counts().to_dict() if len(rows) and "status" in rows else {}
-    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or ("none" if rows.empty else "rows")
+    shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return f"{what}: {shown}" if shown else what

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from perfsuite.commands import EXIT_OK, EXIT_SKIPPED, scenario_arguments, scenario_of
+from perfsuite.commands import scenario_arguments, scenario_of
 from perfsuite.core.console import number_at_least
+from perfsuite.core.exits import EXIT_OK, EXIT_SKIPPED
 
 NAME = "call"
 HELP = "run one case's call inside its NVTX/ROCTx range perfsuite.<variant>.<path> (for ncu, nsys, rocprofv3)"

@@ -10,8 +10,9 @@ import os
 import sys
 from pathlib import Path
 
-from perfsuite.commands import EXIT_FINDING, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from perfsuite.commands import UsageError
 from perfsuite.core.console import number_at_least
+from perfsuite.core.exits import EXIT_FINDING, EXIT_INTERRUPTED, EXIT_OK
 
 NAME = "kernels"
 HELP = (

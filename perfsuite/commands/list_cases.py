@@ -6,8 +6,8 @@ import argparse
 
 import pandas as pd
 
-from perfsuite.commands import EXIT_OK
 from perfsuite.core import kinds
+from perfsuite.core.exits import EXIT_OK
 from perfsuite.scenario.load import load
 
 NAME, HELP = "list", "print the cases a scenario expands to"
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     scenario = load(args.scenario)
     every = {kind.name: kind.cases_of(scenario) for kind in kinds.KINDS}
-    counted = ", ".join(f"{len(cases)} {name.replace('_', ' ')} cases" for name, cases in every.items())
+    counted = ", ".join(kinds.get(name).count(len(cases)) for name, cases in every.items())
     print(f"{scenario.source}: {scenario.name}: {counted}")
     print(f"timing: {scenario.timing}, inputs: {scenario.inputs}")
     fields = ("variant", "path", "dtype", "vocab", "batch", "topk", "logits", "tp")

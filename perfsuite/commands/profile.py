@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfsuite.commands import EXIT_INTERRUPTED, EXIT_OK, default_out, scenario_arguments, scenario_of
+from perfsuite.commands import default_out, scenario_arguments, scenario_of, status_counts
 from perfsuite.core.console import number_at_least
+from perfsuite.core.exits import EXIT_INTERRUPTED, EXIT_OK
 
 NAME = "profile"
 HELP = "a torch.profiler trace per case (TensorBoard layout) and a per-kernel table (kernels.csv)"
@@ -28,8 +29,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else default_out(scenario.name, "-profile")
     outcome = profile_scenario(scenario, out_dir, calls=args.calls, only=args.only)
     cases = outcome.cases
-    counts = cases["status"].value_counts().to_dict()
-    print(f"{len(cases)} cases: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    print(status_counts(f"{len(cases)} cases", cases))
     activity = cases["activity"].dropna() if "activity" in cases else []
     if len(activity) and activity.iloc[0].startswith("cpu"):
         print("CPU run: the tables show aten ops and host time, not device kernels")

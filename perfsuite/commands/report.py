@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from perfsuite.commands import EXIT_OK, UsageError, print_caveats
+from perfsuite.commands import UsageError, print_caveats
+from perfsuite.core.exits import EXIT_OK
 
 NAME, HELP = "report", "rebuild the HTML report from results files"
 

@@ -9,9 +9,6 @@ from pathlib import Path
 import pandas as pd
 
 from perfsuite.commands import (
-    EXIT_FINDING,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
     UsageError,
     default_out,
     print_caveats,
@@ -20,6 +17,7 @@ from perfsuite.commands import (
     status_counts,
 )
 from perfsuite.core import kinds
+from perfsuite.core.exits import EXIT_FINDING, EXIT_INTERRUPTED, EXIT_OK
 
 NAME, HELP = "run", "run a scenario: results.csv/json, edge_cases.csv, report.html"
 
@@ -84,10 +82,11 @@ def run(args: argparse.Namespace) -> int:
     table = console_table(frame)
     if table:
         print(table)
-    print(f"{len(frame)} cases: {status_counts(frame)}")
-    for kind in kinds.KINDS:  # the kinds with a table of their own (draft cases)
+    print(status_counts(f"{len(frame)} case{'' if len(frame) == 1 else 's'}", frame))
+    for kind in kinds.KINDS:  # the kinds with a table of their own: "2 draft cases: 2 ok", "40 ... rows"
         if kind.table_file != kinds.KINDS[0].table_file and len(rows := outcome.run.rows(kind)):
-            print(f"{len(rows)} {kind.name.replace('_', ' ')} cases: {status_counts(rows)}")
+            statuses = "status" in rows and rows["status"].notna().any()
+            print(status_counts(kind.count(len(rows), "case" if statuses else "row"), rows))
     for name, path in outcome.files.items():
         print(f"  {name:10s} {path}")
     for note in outcome.notes:

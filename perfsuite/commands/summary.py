@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from perfsuite.commands import EXIT_OK, UsageError
+from perfsuite.commands import UsageError
+from perfsuite.core.exits import EXIT_OK
 
 NAME = "summary"
 HELP = "a run's text summary: medians per case, the fastest variants, speedups, Triton targets, tuned plans"

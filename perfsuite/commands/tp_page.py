@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfsuite.commands import EXIT_OK, UsageError
+from perfsuite.commands import UsageError
+from perfsuite.core.exits import EXIT_OK
 
 NAME, HELP = "tp-page", "the tensor-parallel comparison of result files: a table, with --out a page"
 

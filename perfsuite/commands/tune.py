@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfsuite.commands import EXIT_INTERRUPTED, EXIT_OK, UsageError, scenario_arguments, scenario_of
+from perfsuite.commands import UsageError, scenario_arguments, scenario_of
+from perfsuite.core.exits import EXIT_INTERRUPTED, EXIT_OK
 
 NAME = "tune"
 HELP = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from perfsuite.commands import EXIT_OK
+from perfsuite.core.exits import EXIT_OK
 
 NAME, HELP = "variants", "list the registered variants"
 

@@ -36,20 +36,26 @@ class KindRun:
 
 @dataclass(frozen=True)
 class CaseKind:
-    """One case kind: its scenario table, its parts (dotted paths) and where its rows go."""
+    """One case kind: its parts (dotted paths), its scenario table and where its rows go (by default the
+    sweep's table and the kernel rows' log and table, over the baseline selector)."""
 
     name: str
-    table: str  # the scenario table its cases come from
     cases: str  # (scenario) -> list of cases
     unit: str  # (case) -> hashable: the cases that run together, a shard's unit
     run: str  # (cases, KindRun) -> Iterator[row]
-    log: str  # the run folder's log its rows are appended to
-    table_file: str  # the table written from the log
-    baseline: str  # the variant its speedups are over
     sections: str  # (frame, samples) -> list of report sections
+    table: str = SWEEP_TABLE  # the scenario table its cases come from
+    log: str = "results.jsonl"  # the run folder's log its rows are appended to
+    table_file: str = "results.csv"  # the table written from the log
+    baseline: str = BASELINE  # the variant its speedups are over
     rows: str | None = None  # (frame) -> bool mask of its rows, where kinds share a log
     columns: str | None = None  # a plug-in kind's own `results.columns.Column`s (the built-in kinds':
     # in the registry, results/columns.py)
+    noun: str = ""  # the kind in a count: "2 tensor-parallel cases" (default: its name)
+
+    def count(self, n: int, what: str = "case") -> str:
+        """`n` of its cases (or rows, `what`) in words: "1 draft case", "40 edge-case matrix rows"."""
+        return f"{n} {self.noun or self.name.replace('_', ' ')} {what}{'' if n == 1 else 's'}"
 
     def part(self, role: str) -> Any:
         """The attribute a role names ("module:attribute"), imported now."""
@@ -69,49 +75,41 @@ class CaseKind:
 KINDS: tuple[CaseKind, ...] = (
     CaseKind(
         name="kernel",
-        table=SWEEP_TABLE,
         cases="perfsuite.cases.kernel:kernel_cases",
         unit="perfsuite.cases.kernel:unit",
         run="perfsuite.cases.kernel:run",
-        log="results.jsonl",
-        table_file="results.csv",
-        baseline=BASELINE,
         sections="perfsuite.report.kernel_sections:kind_sections",
         rows="perfsuite.cases.kernel:rows",
     ),
     CaseKind(
         name="tensor_parallel",
-        table=SWEEP_TABLE,
         cases="perfsuite.cases.tensor_parallel.tp_runner:tp_cases",
         unit="perfsuite.cases.tensor_parallel.tp_runner:unit",
         run="perfsuite.cases.tensor_parallel.launch:run",
-        log="results.jsonl",
-        table_file="results.csv",
-        baseline="allgather_full_softmax",
         sections="perfsuite.report.tp_section:kind_sections",
+        baseline="allgather_full_softmax",
         rows="perfsuite.cases.tensor_parallel.tp_runner:rows",
+        noun="tensor-parallel",
     ),
     CaseKind(
         name="draft",
-        table="draft",
         cases="perfsuite.cases.draft.draft_table:expand_draft",
         unit="perfsuite.cases.draft.draft_runner:unit",
         run="perfsuite.cases.draft.draft_runner:run",
+        sections="perfsuite.report.draft_section:kind_sections",
+        table="draft",
         log="draft.jsonl",
         table_file="draft.csv",
-        baseline=BASELINE,
-        sections="perfsuite.report.draft_section:kind_sections",
     ),
     CaseKind(
         name="edge_cases",
-        table=SWEEP_TABLE,
         cases="perfsuite.cases.edge_matrix:cases",
         unit="perfsuite.cases.edge_matrix:unit",
         run="perfsuite.cases.edge_matrix:run",
+        sections="perfsuite.report.edge_case_section:kind_sections",
         log="edge_cases.jsonl",
         table_file="edge_cases.csv",
-        baseline=BASELINE,
-        sections="perfsuite.report.edge_case_section:kind_sections",
+        noun="edge-case matrix",
     ),
 )
 
@@ -135,7 +133,7 @@ def logs() -> tuple[str, ...]:
 
 
 def table_files() -> tuple[str, ...]:
-    """The tables written from the logs (results.csv, draft.csv)."""
+    """The tables written from the logs (results.csv, draft.csv, edge_cases.csv)."""
     return tuple(dict.fromkeys(kind.table_file for kind in KINDS))
 
 

@@ -61,9 +61,7 @@ def cpu_quota() -> float | None:
         quota, _, period = text.partition(" ")
         return None if quota == "max" else int(quota) / int(period or 100000)
     quota, period = _read(CGROUP / "cpu/cpu.cfs_quota_us"), _read(CGROUP / "cpu/cpu.cfs_period_us")
-    if quota and period and int(quota) > 0:
-        return int(quota) / int(period)
-    return None
+    return int(quota) / int(period) if quota and period and int(quota) > 0 else None
 
 
 def memory_limit_left() -> int | None:
@@ -135,9 +133,7 @@ def snapshot() -> CpuSnapshot:
 def other_cores(start: CpuSnapshot, end: CpuSnapshot) -> float:
     """Cores other processes kept busy on average between two snapshots (NaN when unknown or too short)."""
     wall = end.wall - start.wall
-    if wall < 0.05:
-        return float("nan")
-    return max((end.busy - start.busy) - (end.own - start.own), 0.0) / wall
+    return float("nan") if wall < 0.05 else max((end.busy - start.busy) - (end.own - start.own), 0.0) / wall
 
 
 class CpuUse:

@@ -316,9 +316,8 @@ def plan_resources(
         if asm_dir is not None:
             constants, shift = found.constants.replace("=", "").replace(", ", "-"), fields["shift"]
             name = f"{launch.kernel}-{found.dtype}-{constants}-w{launch.num_warps}"
-            name += ("" if fields["rows_aligned"] else "-unaligned-rows") + (
-                f"-shift{shift}" if shift else ""
-            )
+            name += "" if fields["rows_aligned"] else "-unaligned-rows"
+            name += f"-shift{shift}" if shift else ""
             (asm_dir / target).mkdir(parents=True, exist_ok=True)
             for ext, text in texts.items():
                 (asm_dir / target / f"{name}.{ext}").write_text(text)

@@ -98,9 +98,7 @@ def copy_bandwidth(
 
 def available_bytes(device: torch.device) -> int:
     """Free memory on the device (GPU: the driver's; CPU: MemAvailable capped by the cgroup's limit)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    return machine.host_available_bytes()
+    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else machine.host_available_bytes()
 
 
 def fits(nbytes: int, device: torch.device, host_bytes: int = 0) -> str | None:

@@ -151,14 +151,18 @@ class ThreadTimeSampler(Sampler):
 
 class DeviceTimer:
     """Device events around queued work, behind a GPU spin (`torch.cuda._sleep`) that holds the device while
-    the host queues them, so no launch gap is timed; the spin grows to twice the longest queueing seen."""
+    the host queues them, so no launch gap is timed; the spin grows to twice the longest queueing seen.
+    With `idle`, the work starts on that device idle instead (no spin: its launch gaps are timed)."""
 
-    def __init__(self) -> None:
-        self.spin = SPIN_MIN_CYCLES
+    def __init__(self, idle: torch.device | None = None) -> None:
+        self.spin, self.idle = SPIN_MIN_CYCLES, idle
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def __call__(self, work: Callable[[], object]) -> float:
-        torch.cuda._sleep(self.spin)
+        if self.idle is not None:
+            torch.cuda.synchronize(self.idle)
+        else:
+            torch.cuda._sleep(self.spin)
         queued_from = time.perf_counter()
         self.start.record()
         work()

@@ -115,13 +115,8 @@ def guarded_section(
     """The section `build` makes of `frame` as a list: empty without rows (or when `build` gives None), a
     note in its place when it breaks (a broken section must not cost the whole report). Bound to a section
     (`partial`), a case kind's `kind_sections(frame, samples)` (`core.kinds`; the samples unused)."""
-    if frame is None or frame.empty:
-        return []
-    try:
-        made = build(frame)
-    except Exception as exc:
-        return [Section(section_id, title, [Note(f"{title}: not drawn ({type(exc).__name__}: {exc})")])]
-    return [] if made is None else [made]
+    made = guard(title, lambda: [] if frame is None or frame.empty else build(frame) or [])
+    return [m if isinstance(m, Section) else Section(section_id, title, [m]) for m in made]
 
 
 def figure_block(name: str, title: str, build: Callable[[], go.Figure | dict], caption: str = "") -> Block:

@@ -55,7 +55,7 @@ def summary_line(comparison: Comparison) -> str:
 
 
 def where_line(groups: pd.DataFrame) -> str:
-    """ "; slower: identity +8.1 % (topk=1 +13.1 %)": each variant that moved, or whose groups named
+    """ "; slower: SELECTOR +8.1 % (topk=1 +13.1 %)": each variant that moved, or whose groups named
     where a change is (`groups.where`), per outcome."""
     parts = []
     for name in MOVED:

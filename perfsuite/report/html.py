@@ -35,13 +35,11 @@ def build_report(
         out = out / "report.html"
     results = run.frame
     frames = {kind.name: run.rows(kind) for kind in kinds.KINDS}
-    primary = frames[kinds.KINDS[0].name]  # single-device kernel rows: the page's context
-    ctx = Context.of(primary, run.samples)
-    every = ctx if len(primary) == len(results) else Context.of(results)
+    every = Context.of(results)  # the rows of results.csv (kernel and tensor parallel): the page's context
     sections = [s for kind in kinds.KINDS for s in kind.part("sections")(frames[kind.name], run.samples)]
     if len(results):
         sections += [kernel_sections.skipped_section(every), kernel_sections.results_section(every)]
-    sections.append(kernel_sections.environment_section(ctx, environment))
+    sections.append(kernel_sections.environment_section(every, environment))
     others = [frame for name, frame in run.tables.items() if name != PRIMARY]
     simulated = simulated_devices(results, *others)
     if simulated:
@@ -53,7 +51,7 @@ def build_report(
     if not len(results) and all(frame.empty for frame in others):
         sections.insert(0, Section("summary", "Summary", [Note("No result rows: nothing to plot.")]))
     warnings = measurement_warnings(results, run.notes)
-    html = render_page(title, ctx.subtitle(), sections, REPORT_AGAIN, warnings=warnings)
+    html = render_page(title, every.subtitle(), sections, REPORT_AGAIN, warnings=warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return out

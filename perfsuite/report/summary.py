@@ -3,14 +3,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from perfsuite.measure.timing import UNSTABLE_SPREAD
 from perfsuite.report import formatting as fmt
-from perfsuite.report.kernel_context import PAIRING_TEXT, TIE_TEXT, UNSTABLE_MARK, UNSTABLE_TEXT, Summary
+from perfsuite.report.kernel_context import (
+    PAIRING_TEXT,
+    TARGETS_TEXT,
+    TIE_TEXT,
+    UNSTABLE_MARK,
+    UNSTABLE_TEXT,
+    Summary,
+)
+
+SHORT = {"vocab": "V", "batch": "B", "topk": "k", "l2": "L2"}  # the console's column names
 
 
 def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
@@ -25,8 +34,9 @@ def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join("| " + " | ".join(map(cell, row)) + " |" for row in rows) + "\n"
 
 
-def _marked(s: Summary) -> pd.DataFrame:
-    """The case table for reading: unstable medians marked, the winners' accuracy named, one band column."""
+def _marked(s: Summary, shown: Collection[str] | None = None) -> pd.DataFrame:
+    """The case table for reading (the markdown's; the console's with `shown`, the variants whose medians it
+    keeps): unstable medians marked, the winners' accuracy named, one band column."""
     table, flags = s.cases, s.wide("unstable")
     out = table.astype(object)
     for variant in flags.columns:
@@ -38,7 +48,8 @@ def _marked(s: Summary) -> pd.DataFrame:
         band = (low + "-" + high).where(table["full/best p20"].notna(), "")
         out.insert(list(out.columns).index("full/best") + 1, "full/best p20-p80", band)
     out["unstable"] = [int(n) or "" for n in table["unstable"]]
-    out = out.drop(columns=["fastest_accuracy", "full/best p20", "full/best p80"], errors="ignore")
+    hidden = [v for v in flags.columns if shown is not None and v not in shown]
+    out = out.drop(columns=[*hidden, "fastest_accuracy", "full/best p20", "full/best p80"], errors="ignore")
     return out.rename(
         columns={"fastest": "fastest (any accuracy)", "best_exact": "fastest exact"}
     ).reset_index()
@@ -83,40 +94,33 @@ def summary_markdown(frame: pd.DataFrame, notes: Sequence[str] = ()) -> str:
         "\n## Tie policy: lowest index on ties against torch's order\n",
         TIE_TEXT + "\n",
         to_markdown(s.ties) if len(s.ties) else "(no selector and its twin in torch's order measured)\n",
-        "\n## Triton targets (issue 3)\n",
+        "\n## Triton targets\n",
+        TARGETS_TEXT + "\n",
         to_markdown(s.targets),
     ]
     return "\n".join(parts)
 
 
 def console_table(frame: pd.DataFrame, limit: int = 40) -> str:
-    """The lines `perfsuite run` ends with: per case the fastest variant and the fastest exact one with its
-    speedup and band; then who is fastest per device and dtype, and the cost of exactness."""
+    """The lines `perfsuite run` ends with: the markdown's case table with the medians of the baseline and
+    the winners only; then who is fastest per device and dtype, and the cost of exactness."""
     s = Summary.of(frame)
     if s.cases.empty:
         return ""
-    base, out, short = s.roles.baseline, [], {"vocab": "V", "batch": "B", "topk": "k", "l2": "L2"}
-    keys = [k for k in s.keys if k != s.unit or s.several_devices]
-    for rec in s.cases.reset_index().to_dict("records"):
-        exact, speedup = rec.get("best_exact"), rec.get("full/best", float("nan"))
-        p20, p80 = rec.get("full/best p20", float("nan")), rec.get("full/best p80", float("nan"))
-        band = f" ({p20:.2f}-{p80:.2f})" if pd.notna(p20) and pd.notna(p80) else ""
-        out.append({short.get(k, k): rec[k] for k in keys} | {
-            "fastest (any accuracy)": f"{rec['fastest']} ({rec['fastest_accuracy']})",
-            "us": f"{rec[rec['fastest']]:.4g}", "fastest exact": exact if isinstance(exact, str) else "-",
-            "exact us": f"{rec[exact]:.4g}" if isinstance(exact, str) else "",
-            f"{base} us": f"{rec[base]:.4g}" if pd.notna(rec.get(base)) else "",
-            f"{base}/exact": f"{fmt.speedup(speedup)}{band}" if pd.notna(speedup) else "",
-            "unstable": int(rec["unstable"]) or "",
-        })  # fmt: skip
-    more = f"\n... {len(out) - limit} more cases in results.csv" if len(out) > limit else ""
+    base, exact = s.roles.baseline, s.cases.get("best_exact", pd.Series(dtype=object)).dropna()
+    table = _marked(s, shown={base, *s.cases["fastest"], *exact})
+    dropped = [*([] if s.several_devices else [s.unit]), "best/argmax", "best_%copy"]
+    table = table.drop(columns=dropped, errors="ignore").rename(columns=SHORT)
+    if "full/best" in table:
+        table["full/best"] = table["full/best"].map(fmt.speedup)
+    more = f"\n... {len(table) - limit} more cases in results.csv" if len(table) > limit else ""
     title = (
-        f"{', '.join(s.devices)}: medians over logits distributions. fastest: whatever its accuracy; "
-        f"fastest exact: among the exact variants; {base}/exact: {PAIRING_TEXT}, with p20-p80 where paired; "
-        f"unstable: rows whose samples spread over {100 * UNSTABLE_SPREAD:.0f} % of the median"
+        f"{', '.join(s.devices)}: median us per case over logits distributions ({UNSTABLE_MARK}: unstable, "
+        f"samples spread over {100 * UNSTABLE_SPREAD:.0f} % of the median). fastest: whatever its accuracy; "
+        f"fastest exact: among the exact variants; full/best: {base} over it, {PAIRING_TEXT}"
     )
-    table = pd.DataFrame(out).head(limit).to_string(index=False) + more
-    return "\n".join([title, table, *s.findings, *s.exactness_lines])
+    shown = table.head(limit).to_string(index=False, float_format="{:.4g}".format, na_rep="")
+    return "\n".join([title, shown + more, *s.findings, *s.exactness_lines])
 
 
 def tuned_markdown(path: Path) -> str:

@@ -153,10 +153,7 @@ def _from_json(path: Path, data: object) -> pd.DataFrame:
         if not isinstance(data["benchmarks"], list):
             raise ValueError(f"{path}: 'benchmarks' is not a list")
         commit = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
-        rows = [
-            _benchmark_row(path, entry, commit.get("id"), data.get("datetime"))
-            for entry in data["benchmarks"]
-        ]
+        rows = [_benchmark_row(path, e, commit.get("id"), data.get("datetime")) for e in data["benchmarks"]]
         return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["variant", *BENCH_COLUMNS])
     if isinstance(data, dict) and "variant" in data and all(isinstance(v, dict) for v in data.values()):
         return pd.DataFrame(data)  # pandas' "columns" orient

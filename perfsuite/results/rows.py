@@ -1,6 +1,6 @@
-"""The pieces every result row is built from, whatever the case kind (kernel, tensor parallel, draft):
-the identifying columns of a case, the time and bandwidth figures of its samples, the row of a case that
-raised, and the time stamp."""
+"""The pieces every measured row is built from, whatever the case kind (kernel, tensor parallel, draft; the
+edge-case matrix's rows are the matrix's own, `correctness.edge_cases`): the identifying columns of a case,
+the time and bandwidth figures of its samples, the row of a case that raised, and the time stamp."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import filelock
 
-from perfsuite.core import kinds
+from perfsuite.core import kinds, strict_json
 from perfsuite.core.console import utc_now
 from perfsuite.results.columns import FORMAT_COLUMN, FORMAT_VERSION
 from perfsuite.results.read import MANIFEST_FILE, SAMPLES_FILE, FormatTooNew, format_of, read_manifest
@@ -114,7 +114,7 @@ def write_manifest(out_dir: Path, manifest: dict[str, object]) -> None:
     path = out_dir / MANIFEST_FILE
     tmp = path.with_suffix(".tmp")
     stamped = {FORMAT_COLUMN: FORMAT_VERSION, **{k: v for k, v in manifest.items() if k != FORMAT_COLUMN}}
-    tmp.write_text(json.dumps(stamped, indent=1, default=str), encoding="utf-8")
+    tmp.write_text(strict_json.dumps(stamped, indent=1), encoding="utf-8")
     tmp.replace(path)
 
 
@@ -130,9 +130,8 @@ def put_aside(out_dir: Path) -> Path | None:
     if not files:
         return None
     manifest = read_manifest(out_dir, check=False) or {}
-    label = str(
-        manifest.get("label") or datetime.fromtimestamp(files[0].stat().st_mtime).strftime("%Y%m%d-%H%M%S")
-    )
+    stamp = datetime.fromtimestamp(files[0].stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+    label = str(manifest.get("label") or stamp)
     target = out_dir / EARLIER / label
     n = 1
     while target.exists():

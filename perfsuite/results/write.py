@@ -1,6 +1,7 @@
 """The files a run leaves behind: its row logs (`results.jsonl`, `draft.jsonl`, `samples.jsonl`), appended
 as each case finishes, and the tables written from them (`results.csv`, `.json`, each kind's CSV), in the
-order of the column registry (`perfsuite.results.columns`)."""
+order of the column registry (`perfsuite.results.columns`); strict JSON, a missing value `null`
+(`core.strict_json`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from perfsuite.core import strict_json
 from perfsuite.results.columns import FORMAT_COLUMN, FORMAT_VERSION, ordered
 
 PRIMARY = "results.csv"
@@ -40,7 +42,7 @@ class ResultsLog:
         if not self.constants:
             row[FORMAT_COLUMN] = FORMAT_VERSION
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, default=_jsonable) + "\n")
+            f.write(strict_json.dumps(row) + "\n")
             f.flush()
 
     def read(self) -> list[dict[str, object]]:
@@ -67,7 +69,7 @@ class ResultsLog:
     def rewrite(self, rows: list[dict[str, object]]) -> None:
         """Replace the log's contents with `rows` (atomically)."""
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(row, default=_jsonable) + "\n" for row in rows), encoding="utf-8")
+        tmp.write_text("".join(strict_json.dumps(row) + "\n" for row in rows), encoding="utf-8")
         tmp.replace(self.path)
 
 
@@ -75,10 +77,6 @@ def _same(value: object, constant: object) -> bool:
     """Whether a row's value is the run's constant, or no value at all (None, NaN)."""
     missing = value is None or (isinstance(value, float) and math.isnan(value))
     return missing or (type(value) is type(constant) and value == constant)
-
-
-def _jsonable(value: object) -> object:
-    return None if isinstance(value, float) and math.isnan(value) else str(value)
 
 
 def write_tables(frame: pd.DataFrame, out_dir: Path) -> tuple[Path, Path]:

@@ -46,7 +46,7 @@ class Profile:
         )  # fmt: skip
 
 
-# l2_bytes: the 60 MiB torch reports on the project's H200 (KINDS.md), not the datasheet's 50 MB
+# l2_bytes: the 60 MiB torch reports on the project's H200 (docs/measuring.md), not the datasheet's 50 MB
 PROFILES: dict[str, Profile] = {p.key: p for p in (
     Profile("h200", "NVIDIA H200", "cuda", "13.0", 9, 0, 132, 32, 60 << 20, 150_110_945_280),
     Profile("mi300x", "AMD Instinct MI300X", "rocm", "6.4.43482", 9, 4, 304, 64, 4 << 20, 205_822_885_888,

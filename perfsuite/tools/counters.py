@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pandas as pd
 
+from perfsuite.core.exits import EXIT_SKIPPED  # `perfsuite call`'s status for a case that cannot run here
+
 if TYPE_CHECKING:  # torch-free at import
     from perfsuite.measure.device import DeviceInfo
     from perfsuite.scenario.load import Case
 
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 ROCPROF_COUNTERS = ("FETCH_SIZE", "WRITE_SIZE")  # KiB fetched from / written to video memory
-EXIT_SKIPPED = 3  # `perfsuite call`'s exit status for a case that cannot run here
 # ncu prints decimal units (Kbyte = 1000 bytes; newer versions KB); KiB and friends are binary
 BYTE_UNITS = {"": 1.0, "b": 1.0, "byte": 1.0, "bytes": 1.0} | {
     f"{prefix}{suffix}": base**power

@@ -21,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 from perfsuite.cases.kernel.kernel_runner import KernelRunner
-from perfsuite.core import settings
+from perfsuite.core import settings, strict_json
 from perfsuite.core.console import first_line
 from perfsuite.measure import timing
 from perfsuite.measure.device import DeviceInfo, detect, synchronize
@@ -102,7 +102,7 @@ def record_trace(call: Callable[[], object], folder: Path, case: Case, info: Dev
         handler = tensorboard_trace_handler(str(folder))
         prof = profile(activities=activities, schedule=steps, on_trace_ready=handler, record_shapes=True)
         for key, value in meta.items():  # written once recording starts
-            prof.preset_metadata_json(key, json.dumps(value, allow_nan=False))
+            prof.preset_metadata_json(key, strict_json.dumps(value))
         with prof:
             for _ in marked_calls(call, case, info, 1 + calls):
                 prof.step()

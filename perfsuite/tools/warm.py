@@ -1,24 +1,18 @@
-"""`perfsuite warm`: fill Triton's compile cache, in parallel, with every launch the GPU check's stages make
-(each SCENARIO's Triton sweep cases, edge-case matrix and draft cases; `perfsuite tune`'s plans with `--tune`
-/ `--candidates`; the conformance battery's with `--check`), derived from the inputs each stage builds and the
-variants' own plans: one launch per compile key, on one row of its geometry, in N workers, so Triton's
-cache keys are the run's (docs/triton.md). Under TRITON_INTERPRET=1 the launches run, uncompiled.
-
-Exit status: 0 done or nothing to warm, 1 a launch failed, 2 bad input, 124 stopped at the budget with
-launches left, 130 interrupted (SIGINT or SIGTERM: Triton's cache keeps every kernel it finished writing).
+"""The compile plan of `perfsuite warm` (commands/warm.py) and its workers: every launch the GPU check's
+stages make (each SCENARIO's Triton sweep cases, edge-case matrix and draft cases; `perfsuite tune`'s plans
+with `--tune` / `--candidates`; the conformance battery's with `--check`), derived from the inputs each stage
+builds and the variants' own plans: one launch per compile key, on one row of its geometry, in N workers, so
+Triton's cache keys are the run's (docs/triton.md). Under TRITON_INTERPRET=1 the launches run, uncompiled.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
 import os
 import signal
-import sys
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -27,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from perfsuite import kernels, variants
-from perfsuite.core.console import first_line, interruptible
+from perfsuite import variants
+from perfsuite.core.console import first_line
 from perfsuite.core.dtypes import dtype_of
 from perfsuite.kernels import launch_log
 from perfsuite.kernels import plan as plans
@@ -37,8 +31,6 @@ from perfsuite.tools import tuning
 
 if TYPE_CHECKING:
     from perfsuite.kernels.topk_softmax import Launch
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 
 
 @dataclass(frozen=True)
@@ -246,7 +238,7 @@ def _next(results: multiprocessing.pool.IMapIterator, deadline: float) -> Finish
     raise multiprocessing.TimeoutError
 
 
-def _run_pool(
+def run_pool(
     units: list[Warmup], device: torch.device, jobs: int, deadline: float, started: str, keys: Path | None
 ) -> tuple[list[Finished], str]:
     """Warm `units` in `jobs` spawned workers (then print `started`) until done, the deadline
@@ -280,22 +272,7 @@ def _run_pool(
     return done, stopped
 
 
-def run(args: argparse.Namespace) -> int:
-    """Warm what `args` (`perfsuite warm`'s options, commands/warm.py) asks for; the exit status."""
-    start = time.monotonic()
-    if not (args.scenario or args.candidates or args.check):
-        nothing = "nothing to warm: give a SCENARIO, --candidates SCENARIO or --check SELECTOR"
-        print(f"warm: {nothing}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        with interruptible():
-            return _warm_all(args, start)
-    except KeyboardInterrupt:
-        print("warm: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-
-
-def _plan(args: argparse.Namespace, device: torch.device) -> tuple[list[Warmup], int]:
+def planned(args: argparse.Namespace, device: torch.device) -> tuple[list[Warmup], int]:
     """The distinct units of everything asked for (candidates, scenarios, battery, in that order), those
     listed in the `--keys` file left out; and the launches they cover."""
     from perfsuite.correctness.conformance.battery import battery_dtype
@@ -320,46 +297,3 @@ def _keep_key(path: Path | None, finished: Finished) -> None:
     if path is not None and not error:
         with path.open("a", encoding="utf-8") as keys:
             keys.write(json.dumps(launch_log.key_text(unit.key)) + "\n")
-
-
-def _warm_all(args: argparse.Namespace, start: float) -> int:
-    from perfsuite.measure.device import resolve_device
-    from perfsuite.scenario.load import ScenarioError
-
-    try:
-        first = args.scenario[:1] or args.candidates[:1]
-        device = resolve_device(load(first[0]).device if first else args.device)
-        interpreted = kernels.interpreting()
-        if not kernels.triton_installed() or (device.type != "cuda" and not interpreted):
-            why = kernels.NO_TRITON if not kernels.triton_installed() else f"no GPU here ({device})"
-            print(f"warm: {why}: nothing to warm (Triton compiles for the GPU that launches)")
-            return EXIT_OK
-        units, launches = _plan(args, device)
-    except (ScenarioError, OSError, RuntimeError, ValueError, KeyError) as exc:
-        print(f"warm: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}", file=sys.stderr)
-        return EXIT_USAGE
-    jobs = max(1, min(args.jobs, len(units)))
-    kinds = ", ".join(f"{kernel} {n}" for kernel, n in Counter(u.launch.kernel for u in units).items())
-    mode = "compiling into Triton's cache"
-    mode = "Triton interpreter: the launches run, nothing is compiled or cached" if interpreted else mode
-    what = " ".join([*args.candidates, *args.scenario, *(f"check:{name}" for name in args.check)])
-    print(f"warm: {what} on {device} ({mode})", flush=True)
-    counted = f"warm: {len(units)} specialisations ({kinds or 'none'}) for {launches} launches"
-    if args.keys is not None and args.keys.exists():
-        counted += f", those warmed before ({args.keys.name}) left out"
-    if not units:
-        print(counted)
-        return EXIT_OK
-    deadline = start + args.budget if args.budget else math.inf
-    started = f"{counted}, {jobs} workers started"
-    done, stopped = _run_pool(units, device, jobs, deadline, started, args.keys)
-    failed = [unit for unit, _, error in done if error]
-    busy = sum(seconds for _, seconds, _ in done)
-    status = {"": "done", "budget": f"stopped at the {args.budget} s budget", "interrupted": "interrupted"}
-    print(
-        f"warm: {len(done)} of {len(units)} specialisations in {time.monotonic() - start:.1f} s "
-        f"({jobs} workers, {busy:.1f} s of launches), {len(failed)} failed; {status[stopped]}"
-    )
-    if stopped == "interrupted":
-        return EXIT_INTERRUPTED
-    return EXIT_FAILED if failed else EXIT_BUDGET if stopped == "budget" else EXIT_OK

@@ -307,16 +307,7 @@ class LaunchBoundSampler(timing.Sampler):
 
     def __init__(self, call: Call, flush: Callable[[], None] | None, device: torch.device):
         super().__init__(call, flush)
-        self.device = device
-        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def timed(self, work: Call) -> float:
-        torch.cuda.synchronize(self.device)
-        self.start.record()
-        work()
-        self.end.record()
-        self.end.synchronize()
-        return self.start.elapsed_time(self.end) * 1e-3
+        self.timed = timing.DeviceTimer(idle=device)
 
 
 def timing_unroll(requested: int, cap: int, num_steps: int) -> int:

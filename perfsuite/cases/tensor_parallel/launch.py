@@ -18,6 +18,7 @@ import torch
 
 import perfsuite
 from perfsuite.cases.tensor_parallel.tp_runner import WHO, case_row
+from perfsuite.core import strict_json
 from perfsuite.core.console import progress_bar
 from perfsuite.core.kinds import KindRun
 from perfsuite.results.rows import stamp
@@ -65,7 +66,7 @@ def _launch(
     env_file = work / "env.json"
     out.write_text("")
     ids.write_text(json.dumps([c.case_id for c in group]))
-    env_file.write_text(json.dumps(env, default=str))
+    env_file.write_text(strict_json.dumps(env))
     cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", str(tp), "-m", WHO]
     cmd += [scenario_path, "--tp", str(tp), "--out", str(out), "--case-ids", str(ids), "--env", str(env_file)]
     cmd += ["--device", "cpu"] if backend == "cpu" else []

@@ -18,6 +18,7 @@ import torch
 from perfsuite import variants
 from perfsuite.cases.protocol import run_case
 from perfsuite.core import dtypes, settings
+from perfsuite.core.exits import EXIT_OK, EXIT_USAGE
 from perfsuite.correctness import parity
 from perfsuite.measure import memory, timing
 from perfsuite.measure.device import DeviceInfo, detect, synchronize
@@ -35,7 +36,6 @@ from perfsuite.variants.tensor_parallel.tp_base import Group, Local, local_slice
 T = TypeVar("T")
 VERDICT_RANK = {"fail": 3, "inexact": 2, "pass": 1, "n/a": 0}
 RankInputs = tuple[Local, parity.Truth, tuple[torch.Tensor, torch.Tensor]]  # slice, reference, baseline
-EXIT_OK, EXIT_USAGE = 0, 2
 WHO = "perfsuite.cases.tensor_parallel"  # the launcher finds the worker's own errors in its log by it
 
 
