@@ -23,10 +23,8 @@ import pandas as pd
 from perfsuite.compare.rule import judged_at, key_text, outcome, shape_others
 
 GROUP_KEYS = ("path", "dtype", "topk", "vocab", "batch", "logits", "l2", "tp")
-ALPHA = 0.05
-"""The chance that any variant or group of a compare is called slower or faster when none changed."""
-MIN_CASES = 10
-"""A group's cases needed to be judged (fewer: no row)."""
+ALPHA = 0.05  # the chance that any variant or group of a compare moves (slower or faster) when none did
+MIN_CASES = 10  # a group's cases needed to be judged (fewer: no row)
 COLUMNS = ("level", "variant", "group", "cases", "shift", "low", "high", "floor", "noise", "outcome", "where")
 ALL = "all cases"
 MOVED = ("slower", "faster")
@@ -72,14 +70,14 @@ def pooled(values: np.ndarray, z: float) -> tuple[float, float, float]:
 
 
 def judge_groups(table: pd.DataFrame, threshold: float, shapes: pd.Series) -> pd.DataFrame:
-    """A row per variant and group (`COLUMNS`): the variants first, then the groups, by shift. Judged twice:
-    the second time the cases of the groups that moved the first time are no other case's witness."""
+    """A row per variant and group (`COLUMNS`): the variants first, then the groups, by shift. Judged again
+    where any moved: then the cases of the groups that moved are no other case's witness."""
     timed = table[
         table["shift"].between(0, np.inf, inclusive="neither") & table["outcome"].ne("not comparable")
     ]
     found, moved = members(timed), pd.Series(False, index=timed.index)
     z = NormalDist().inv_cdf(1 - ALPHA / (2 * max(len(found), 1)))
-    for _ in range(2):
+    for second in (False, True):
         logs, rows = witnesses(timed, shapes[timed.index], moved), []
         for variant, group, index in found:
             shift, low, high = np.exp(pooled(logs[index].to_numpy(), z))
@@ -88,6 +86,8 @@ def judge_groups(table: pd.DataFrame, threshold: float, shapes: pd.Series) -> pd
             rows.append([level, variant, group, len(index), shift, low, high, floor, floor,
                          outcome(shift, low, high, floor, floor, threshold), False])  # fmt: skip
         flagged = {i for row, (*_, index) in zip(rows, found, strict=True) if row[9] in MOVED for i in index}
+        if second or not flagged:  # nothing moved: a second pass would judge the same witnesses again
+            break
         moved = pd.Series(timed.index.isin(list(flagged)), index=timed.index)
     groups = pd.DataFrame(rows, columns=list(COLUMNS)).astype({"shift": float, "where": bool})
     groups["where"], groups["judged_at"] = where(groups), judged_at(groups)
