@@ -11,11 +11,11 @@ import pandas as pd
 import torch
 
 from perfsuite import simulated_gpu
-from perfsuite.core import machine
 from perfsuite.correctness import edge_cases
 from perfsuite.correctness.conformance.battery_patterns import BATCHES, QUICK_BATCHES, place
 from perfsuite.correctness.conformance.judge import PASS, Verdict
 from perfsuite.correctness.parity import tolerance
+from perfsuite.measure import memory
 from perfsuite.variants.base import Variant
 
 
@@ -50,10 +50,8 @@ def other_batches(
     an eighth of the host's and CPU_BATCH_LOGITS): the case's rows in an order drawn at random (seeded by
     the size: each row at many places, beside the others), laid out as the case's (data pointer offset,
     row stride, poison); none for B = 0."""
-    if logits.is_cuda and simulated_gpu.active() is None:
-        cap = torch.cuda.mem_get_info(logits.device)[0] // 8 // logits.element_size()
-    else:
-        cap = min(machine.host_available_bytes() // 8 // logits.element_size(), CPU_BATCH_LOGITS)
+    cap = memory.available_bytes(logits.device) // 8 // logits.element_size()
+    cap = cap if logits.is_cuda and simulated_gpu.active() is None else min(cap, CPU_BATCH_LOGITS)
     cap, sizes = (min(cap, QUICK_BATCH_LOGITS), QUICK_BATCHES) if quick else (cap, sizes)
     layout = {"offset": logits.storage_offset(), "stride": logits.stride(0)}
     for size in (s for s in sizes if s * logits.shape[1] <= cap and len(logits)):
